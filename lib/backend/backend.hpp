@@ -1,0 +1,88 @@
+// The Backend interface: memory on a device plus the ops a forward pass needs.
+//
+// Ops take Tensors on buffers this backend allocated (or wrapped) and never raw
+// host pointers owned by the caller, so the same model code drives the CPU
+// backends and a GPU backend. The contract of each op (shapes, numerics) is
+// written once in lib/backend/ops/<op>.hpp, together with the shape check that
+// ops::<op>() runs before calling the virtual here. The reference backend
+// (lib/backend/reference/) implements every op in plain scalar C++; the other
+// backends are tested against it op by op.
+//
+// A Backend instance is used by one thread at a time (a Session owns one); the
+// weights it wraps can be shared by several instances of the same device.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "backend/tensor.hpp"
+
+namespace ember::backend {
+
+enum class Activation { silu, gelu_tanh };
+enum class RopeMode { normal, neox };  // normal: pairs (2i, 2i+1) (llama); neox: pairs (i, i + n_rot/2)
+
+struct RopeParams {
+  int n_head = 0;        // heads in the row: x is [n_tok, n_head * head_dim]
+  int head_dim = 0;      // values per head
+  int n_rot = 0;         // leading dims of each head that rotate (<= head_dim, even)
+  RopeMode mode = RopeMode::normal;
+  float freq_base = 10000.0f;  // theta_i = pos * freq_scale * freq_base^(-2i / n_rot)
+  float freq_scale = 1.0f;     // linear position scaling (1 / rope scaling factor)
+};
+
+struct AttentionParams {
+  int n_head = 0;        // query heads
+  int n_head_kv = 0;     // key/value heads; query head h reads kv head h / (n_head / n_head_kv)
+  int head_dim = 0;
+  float scale = 1.0f;    // multiplies q.k before the softmax
+  int window = 0;        // 0: causal over the whole sequence; else only keys with pos_q - pos_k < window
+  float softcap = 0.0f;  // 0: none; else scores become softcap * tanh(scores / softcap)
+  int page_tokens = 0;   // cache slots per page
+  // Per query token, i32 [n_tok, 1]: its position, and the page_table row of its sequence.
+  Tensor token_pos;
+  Tensor token_seq;
+  // i32 [n_seq, max_pages]: page ids of each sequence's cells, in cell order.
+  Tensor page_table;
+  // i32 [n_seq, 1]: cells in use by each sequence (after this batch's kv_store).
+  Tensor seq_cells;
+  // i32 [n_slots, 1]: the position stored in each cache slot (-1 when empty).
+  Tensor slot_pos;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- memory ----
+  // New buffer of `bytes` bytes (contents undefined). Throws out_of_memory.
+  virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
+  // A buffer holding `bytes` of host memory that stays valid and unchanged while
+  // `keep_alive` lives (weights in a mapped file). CPU backends reference it
+  // without copying; device backends upload it once.
+  virtual std::shared_ptr<Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive) = 0;
+  // Copies dst.bytes() bytes from host memory into a contiguous tensor.
+  virtual void upload(const Tensor& dst, const void* src) = 0;
+  // Copies a contiguous tensor into host memory (src.bytes() bytes); waits for pending ops.
+  virtual void download(const Tensor& src, void* dst) = 0;
+  // Waits until every op issued so far has finished.
+  virtual void synchronize() {}
+
+  // ---- ops: see lib/backend/ops/<op>.hpp for each contract; call through ops::<op>() ----
+  virtual void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  virtual void matmul(const Tensor& weights, const Tensor& x, const Tensor& out) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void scale(const Tensor& x, float factor, const Tensor& out) = 0;
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
+  virtual void rope(const Tensor& x, const Tensor& positions, const RopeParams& params, const Tensor& out) = 0;
+  virtual void glu(const Tensor& gate, const Tensor& up, Activation activation, const Tensor& out) = 0;
+  virtual void kv_store(const Tensor& src, const Tensor& cache, const Tensor& slots) = 0;
+  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionParams& params,
+                         const Tensor& out) = 0;
+};
+
+}  // namespace ember::backend

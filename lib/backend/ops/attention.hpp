@@ -1,0 +1,54 @@
+// attention: scaled dot-product attention of new query tokens over the paged KV cache
+// (Vaswani et al. 2017), with grouped-query heads (Ainslie et al. 2023) and an
+// optional sliding window (Beltagy et al. 2020).
+//
+//   q:       [n_tok, n_head * head_dim] f32 (already roped)
+//   k_cache: [n_slots, n_head_kv * head_dim] F32 or F16 (keys already roped)
+//   v_cache: like k_cache
+//   out:     [n_tok, n_head * head_dim] f32
+// Query token t of sequence row s = token_seq[t] at position p_t attends to the
+// cells c in [0, seq_cells[s]) of that sequence; cell c lives in slot
+//   page_table[s][c / page_tokens] * page_tokens + c % page_tokens
+// whose stored position p = slot_pos[slot] is used when p >= 0, p <= p_t and
+// (window == 0 or p_t - p < window). Scores are scale * q.k (softcapped when
+// softcap > 0), normalised with a max-subtracted softmax; the output is the
+// weighted sum of value rows. A token with no visible cell gets zeros.
+#pragma once
+
+#include "backend/ops/check.hpp"
+
+namespace ember::ops {
+
+inline void attention(backend::Backend& be, const backend::Tensor& q, const backend::Tensor& k_cache,
+                      const backend::Tensor& v_cache, const backend::AttentionParams& p,
+                      const backend::Tensor& out) {
+  using namespace detail;
+  const char* op = "attention";
+  expect_type(op, "q", q, DType::f32);
+  expect_type(op, "out", out, DType::f32);
+  if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.n_head % p.n_head_kv != 0)
+    fail(ErrorCode::invalid_argument, "attention: {} query heads cannot share {} kv heads", p.n_head, p.n_head_kv);
+  if (p.page_tokens <= 0) fail(ErrorCode::invalid_argument, "attention: page_tokens must be > 0");
+  expect_shape(op, "q", q, q.rows, int64_t(p.n_head) * p.head_dim);
+  expect_shape(op, "out", out, q.rows, q.cols);
+  expect_shape(op, "k_cache", k_cache, k_cache.rows, int64_t(p.n_head_kv) * p.head_dim);
+  expect_shape(op, "v_cache", v_cache, k_cache.rows, k_cache.cols);
+  if (k_cache.type != v_cache.type || (k_cache.type != DType::f32 && k_cache.type != DType::f16))
+    fail(ErrorCode::unsupported, "attention: cache types {}/{} are not supported", quant::type_name(k_cache.type),
+         quant::type_name(v_cache.type));
+  if (k_cache.rows % p.page_tokens != 0)
+    fail(ErrorCode::invalid_argument, "attention: {} cache slots are not whole pages of {}", k_cache.rows,
+         p.page_tokens);
+  expect_type(op, "token_pos", p.token_pos, DType::i32);
+  expect_type(op, "token_seq", p.token_seq, DType::i32);
+  expect_type(op, "page_table", p.page_table, DType::i32);
+  expect_type(op, "seq_cells", p.seq_cells, DType::i32);
+  expect_type(op, "slot_pos", p.slot_pos, DType::i32);
+  expect_shape(op, "token_pos", p.token_pos, q.rows, 1);
+  expect_shape(op, "token_seq", p.token_seq, q.rows, 1);
+  expect_shape(op, "seq_cells", p.seq_cells, p.page_table.rows, 1);
+  expect_shape(op, "slot_pos", p.slot_pos, k_cache.rows, 1);
+  be.attention(q, k_cache, v_cache, p, out);
+}
+
+}  // namespace ember::ops

@@ -1,0 +1,33 @@
+// Shape and type checks shared by the op headers. A failed check throws
+// ember::Error(invalid_argument) naming the op and the operand.
+#pragma once
+
+#include "backend/backend.hpp"
+#include "common/fail.hpp"
+
+namespace ember::ops::detail {
+
+using backend::DType;
+using backend::Tensor;
+
+inline void expect_type(const char* op, const char* operand, const Tensor& t, DType type) {
+  if (t.type != type)
+    fail(ErrorCode::invalid_argument, "{}: {} has type {}, expected {}", op, operand, quant::type_name(t.type),
+         quant::type_name(type));
+}
+
+inline void expect_shape(const char* op, const char* operand, const Tensor& t, int64_t rows, int64_t cols) {
+  if (t.rows != rows || t.cols != cols)
+    fail(ErrorCode::invalid_argument, "{}: {} is [{}, {}], expected [{}, {}]", op, operand, t.rows, t.cols, rows,
+         cols);
+}
+
+inline void expect_present(const char* op, const char* operand, const Tensor& t) {
+  if (t.empty()) fail(ErrorCode::invalid_argument, "{}: {} is missing", op, operand);
+}
+
+inline void expect_contiguous(const char* op, const char* operand, const Tensor& t) {
+  if (!t.contiguous()) fail(ErrorCode::invalid_argument, "{}: {} must be contiguous", op, operand);
+}
+
+}  // namespace ember::ops::detail

@@ -1,0 +1,65 @@
+#include "quant/dtype.hpp"
+
+#include <array>
+
+#include "common/fail.hpp"
+
+namespace ember::quant {
+namespace {
+
+// Sizes follow ggml's block structs (ggml/src/ggml-common.h).
+constexpr std::array<TypeInfo, 31> kTypes{{
+    {DType::f32, "F32", 1, 4, true},
+    {DType::f16, "F16", 1, 2, true},
+    {DType::q4_0, "Q4_0", 32, 18, true},
+    {DType::q4_1, "Q4_1", 32, 20, true},
+    {DType::q5_0, "Q5_0", 32, 22, true},
+    {DType::q5_1, "Q5_1", 32, 24, true},
+    {DType::q8_0, "Q8_0", 32, 34, true},
+    {DType::q8_1, "Q8_1", 32, 36, false},
+    {DType::q2_k, "Q2_K", 256, 84, false},
+    {DType::q3_k, "Q3_K", 256, 110, false},
+    {DType::q4_k, "Q4_K", 256, 144, true},
+    {DType::q5_k, "Q5_K", 256, 176, true},
+    {DType::q6_k, "Q6_K", 256, 210, true},
+    {DType::q8_k, "Q8_K", 256, 292, false},
+    {DType::iq2_xxs, "IQ2_XXS", 256, 66, false},
+    {DType::iq2_xs, "IQ2_XS", 256, 74, false},
+    {DType::iq3_xxs, "IQ3_XXS", 256, 98, false},
+    {DType::iq1_s, "IQ1_S", 256, 50, false},
+    {DType::iq4_nl, "IQ4_NL", 32, 18, false},
+    {DType::iq3_s, "IQ3_S", 256, 110, false},
+    {DType::iq2_s, "IQ2_S", 256, 82, false},
+    {DType::iq4_xs, "IQ4_XS", 256, 136, false},
+    {DType::i8, "I8", 1, 1, false},
+    {DType::i16, "I16", 1, 2, false},
+    {DType::i32, "I32", 1, 4, false},
+    {DType::i64, "I64", 1, 8, false},
+    {DType::f64, "F64", 1, 8, false},
+    {DType::iq1_m, "IQ1_M", 256, 56, false},
+    {DType::bf16, "BF16", 1, 2, true},
+    {DType::tq1_0, "TQ1_0", 256, 54, false},
+    {DType::tq2_0, "TQ2_0", 256, 66, false},
+}};
+
+constexpr std::array<DType, 11> kWeightTypes{DType::f32,  DType::f16,  DType::bf16, DType::q8_0,
+                                             DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+                                             DType::q4_k, DType::q5_k, DType::q6_k};
+
+}  // namespace
+
+std::optional<TypeInfo> type_info_from_id(uint32_t id) {
+  for (const TypeInfo& info : kTypes)
+    if (static_cast<uint32_t>(info.type) == id) return info;
+  return std::nullopt;
+}
+
+const TypeInfo& type_info(DType type) {
+  for (const TypeInfo& info : kTypes)
+    if (info.type == type) return info;
+  fail(ErrorCode::internal, "type_info: unknown DType {}", static_cast<uint32_t>(type));
+}
+
+std::span<const DType> weight_types() { return kWeightTypes; }
+
+}  // namespace ember::quant

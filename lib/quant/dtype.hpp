@@ -1,0 +1,79 @@
+// Element types of tensors as stored in GGUF files.
+//
+// The numeric values are the type ids of the GGUF format (ggml's `ggml_type`), so a
+// DType can be read straight from a tensor-info record once validated with
+// dtype_from_id(). Block geometry facts come from ggml's block definitions
+// (ggml/src/ggml-common.h); ember's arithmetic for the types it computes with lives
+// beside this file, one file per format.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace ember::quant {
+
+enum class DType : uint32_t {
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q8_0 = 8,
+  q8_1 = 9,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  q8_k = 15,
+  iq2_xxs = 16,
+  iq2_xs = 17,
+  iq3_xxs = 18,
+  iq1_s = 19,
+  iq4_nl = 20,
+  iq3_s = 21,
+  iq2_s = 22,
+  iq4_xs = 23,
+  i8 = 24,
+  i16 = 25,
+  i32 = 26,
+  i64 = 27,
+  f64 = 28,
+  iq1_m = 29,
+  bf16 = 30,
+  tq1_0 = 34,
+  tq2_0 = 35,
+};
+
+// Layout of one type: `block_elems` consecutive values are stored in `block_bytes`.
+struct TypeInfo {
+  DType type;
+  std::string_view name;   // GGUF/ggml spelling, e.g. "Q4_K"
+  uint32_t block_elems;    // values per block (1 for plain types)
+  uint32_t block_bytes;    // bytes per block
+  bool weight_supported;   // ember can multiply with it (matmul / embedding lookup)
+};
+
+// Type info for a raw GGUF type id; nullopt for ids that no GGUF type uses.
+std::optional<TypeInfo> type_info_from_id(uint32_t id);
+// Type info for a known DType.
+const TypeInfo& type_info(DType type);
+inline std::string_view type_name(DType type) { return type_info(type).name; }
+// Every type ember can use as weights (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
+std::span<const DType> weight_types();
+
+// Bytes of a row of `n` values; `n` must be a multiple of block_elems.
+inline size_t row_bytes(DType type, int64_t n) {
+  const TypeInfo& info = type_info(type);
+  return size_t(n / info.block_elems) * info.block_bytes;
+}
+
+// Block sizes of the super-block ("K") formats and the 32-wide formats.
+inline constexpr int kQK = 32;    // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1
+inline constexpr int kQKK = 256;  // Q2_K..Q8_K
+
+}  // namespace ember::quant
