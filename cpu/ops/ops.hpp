@@ -14,11 +14,20 @@ namespace ember::cpu {
 
 using backend::Tensor;
 
+// cos/sin of the last rope call: every layer of a forward pass ropes the same
+// positions with one of at most two frequency bases, so the table is reused.
+struct RopeTable {
+  backend::RopeParams params;
+  std::vector<int32_t> positions;
+  std::vector<float> cos_sin;  // [n_tok][n_rot / 2][2]
+};
+
 // What an op may use: the pool, the chosen kernel level and reusable scratch memory.
 struct OpContext {
   ThreadPool& pool;
   Isa isa;
   std::vector<std::byte>& scratch;  // grows as needed; contents undefined between ops
+  RopeTable rope_tables[2];         // most recently used first
 };
 
 void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor& out);

@@ -1,0 +1,99 @@
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#include <utility>
+
+#include "cpu/ops/ops.hpp"
+#include "cpu/ops/vec_math.hpp"
+
+namespace ember::cpu {
+namespace {
+
+bool same_params(const backend::RopeParams& a, const backend::RopeParams& b) {
+  return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale;
+}
+
+// Finds or computes the cos/sin table for these positions; angles in double as in the reference.
+const RopeTable& table_for(OpContext& ctx, const Tensor& positions, const backend::RopeParams& p) {
+  const int32_t* pos = positions.row_ptr<int32_t>(0);
+  const auto n_tok = size_t(positions.rows);
+  for (int i = 0; i < 2; ++i) {
+    RopeTable& t = ctx.rope_tables[i];
+    if (same_params(t.params, p) && t.positions.size() == n_tok &&
+        std::equal(t.positions.begin(), t.positions.end(), pos)) {
+      if (i == 1) std::swap(ctx.rope_tables[0], ctx.rope_tables[1]);
+      return ctx.rope_tables[0];
+    }
+  }
+  std::swap(ctx.rope_tables[0], ctx.rope_tables[1]);
+  RopeTable& t = ctx.rope_tables[0];
+  t.params = p;
+  t.positions.assign(pos, pos + n_tok);
+  const int half = p.n_rot / 2;
+  t.cos_sin.resize(n_tok * size_t(half) * 2);
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
+  for (size_t k = 0; k < n_tok; ++k) {
+    const double scaled = double(pos[k]) * p.freq_scale;
+    float* row = t.cos_sin.data() + k * size_t(half) * 2;
+    for (int i = 0; i < half; ++i) {
+      const double theta = scaled * inv_freq[size_t(i)];
+      row[2 * i] = float(std::cos(theta));
+      row[2 * i + 1] = float(std::sin(theta));
+    }
+  }
+  return t;
+}
+
+EMBER_VECTORIZE void rotate_neox(const float* __restrict src, float* __restrict dst, const float* cs, int half) {
+  for (int i = 0; i < half; ++i) {
+    const float a = src[i], b = src[i + half];
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    dst[i] = a * c - b * s;
+    dst[i + half] = a * s + b * c;
+  }
+}
+
+EMBER_VECTORIZE void rotate_normal(const float* __restrict src, float* __restrict dst, const float* cs, int half) {
+  for (int i = 0; i < half; ++i) {
+    const float a = src[2 * i], b = src[2 * i + 1];
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    dst[2 * i] = a * c - b * s;
+    dst[2 * i + 1] = a * s + b * c;
+  }
+}
+
+}  // namespace
+
+void rope(OpContext& ctx, const Tensor& x, const Tensor& positions, const backend::RopeParams& p,
+          const Tensor& out) {
+  const RopeTable& table = table_for(ctx, positions, p);
+  const int half = p.n_rot / 2;
+  auto rows = [&](int64_t begin, int64_t end) {
+    // Each head is copied first so the rotation reads and writes distinct memory
+    // (x and out usually alias), which lets the compiler vectorize it.
+    std::vector<float> head(size_t(p.n_rot));
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cs = table.cos_sin.data() + size_t(t) * size_t(half) * 2;
+      for (int h = 0; h < p.n_head; ++h) {
+        const float* src = x.row_ptr<float>(t) + int64_t(h) * p.head_dim;
+        float* dst = out.row_ptr<float>(t) + int64_t(h) * p.head_dim;
+        std::copy(src, src + p.n_rot, head.begin());
+        if (p.mode == backend::RopeMode::neox) {
+          rotate_neox(head.data(), dst, cs, half);
+        } else {
+          rotate_normal(head.data(), dst, cs, half);
+        }
+        if (dst != src)
+          for (int d = p.n_rot; d < p.head_dim; ++d) dst[d] = src[d];
+      }
+    }
+  };
+  if (x.rows * x.cols < (1 << 14)) {
+    rows(0, x.rows);
+  } else {
+    ctx.pool.parallel_for(x.rows, rows);
+  }
+}
+
+}  // namespace ember::cpu

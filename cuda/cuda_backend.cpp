@@ -1,0 +1,109 @@
+#include <cuda_runtime.h>
+
+#include "common/fail.hpp"
+#include "cuda/cuda_backend.hpp"
+
+namespace ember::cuda {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    fail(ErrorCode::backend, "CUDA error in {}: {} ({})", what, cudaGetErrorName(status), cudaGetErrorString(status));
+}
+
+class DeviceBuffer final : public backend::Buffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : size_(bytes) {
+    if (cudaMalloc(&data_, bytes == 0 ? 1 : bytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky error
+      fail(ErrorCode::out_of_memory, "cannot allocate {} bytes of GPU memory", bytes);
+    }
+  }
+  ~DeviceBuffer() override { cudaFree(data_); }
+  size_t size() const override { return size_; }
+  std::byte* host_data() override { return nullptr; }
+  void* device_data() override { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_;
+};
+
+std::byte* device_ptr(const backend::Tensor& t) {
+  return static_cast<std::byte*>(t.buffer->device_data()) + t.offset;
+}
+
+class CudaBackend final : public backend::Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaBackend() override { cudaStreamDestroy(stream_); }
+
+  std::string_view name() const override { return "cuda"; }
+  std::unique_ptr<backend::Buffer> allocate(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes); }
+  std::shared_ptr<backend::Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void>) override {
+    auto buffer = std::make_shared<DeviceBuffer>(bytes.size());
+    check(cudaMemcpy(buffer->device_data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "upload weights");
+    return buffer;
+  }
+  void upload(const backend::Tensor& dst, const void* src) override {
+    check(cudaMemcpyAsync(device_ptr(dst), src, dst.bytes(), cudaMemcpyHostToDevice, stream_), "upload");
+  }
+  void download(const backend::Tensor& src, void* dst) override {
+    check(cudaMemcpyAsync(dst, device_ptr(src), src.bytes(), cudaMemcpyDeviceToHost, stream_), "download");
+    synchronize();
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  void get_rows(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("get_rows"); }
+  void matmul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("matmul"); }
+  void add(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("add"); }
+  void mul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("mul"); }
+  void scale(const backend::Tensor&, float, const backend::Tensor&) override { missing("scale"); }
+  void rms_norm(const backend::Tensor&, const backend::Tensor&, float, const backend::Tensor&) override {
+    missing("rms_norm");
+  }
+  void rope(const backend::Tensor&, const backend::Tensor&, const backend::RopeParams&,
+            const backend::Tensor&) override {
+    missing("rope");
+  }
+  void glu(const backend::Tensor&, const backend::Tensor&, backend::Activation, const backend::Tensor&) override {
+    missing("glu");
+  }
+  void kv_store(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override {
+    missing("kv_store");
+  }
+  void attention(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&,
+                 const backend::AttentionParams&, const backend::Tensor&) override {
+    missing("attention");
+  }
+
+ private:
+  [[noreturn]] static void missing(const char* op) {
+    fail(ErrorCode::unsupported, "the CUDA backend does not implement '{}' yet; use Device::cpu", op);
+  }
+  int device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<backend::Backend> make_cuda_backend(int device) {
+  const int n = device_count();
+  if (n == 0) fail(ErrorCode::unsupported, "no CUDA device is available");
+  if (device < 0 || device >= n) fail(ErrorCode::invalid_argument, "CUDA device {} does not exist ({} present)", device, n);
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,69 @@
+// Shared pieces of the ember CLI: argument parsing, model loading with a
+// progress bar, log printing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ember/ember.hpp"
+
+namespace ember::cli {
+
+// Thrown for a wrong command line: main prints the usage and exits with code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parsed "--flag value" / "-f value" / "--switch" arguments of one command.
+class Args {
+ public:
+  // `flags_with_values` and `switches` list the accepted names (with dashes);
+  // aliases map short names to long ones ("-m" -> "--model").
+  Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags_with_values,
+       const std::vector<std::string>& switches, const std::map<std::string, std::string>& aliases);
+
+  bool has(const std::string& name) const;
+  std::string get(const std::string& name) const;  // throws UsageError when missing
+  std::string get_or(const std::string& name, const std::string& fallback) const;
+  int64_t get_int(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const;
+  double get_double(const std::string& name, double fallback, double lo, double hi) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+bool stderr_is_terminal();
+bool stdin_is_terminal();
+
+// Loads a model, drawing a progress bar on stderr when it is a terminal.
+// Log messages at warning and above go to stderr; with `verbose`, all of them.
+std::shared_ptr<Model> load_model(const std::string& path, int threads, bool verbose);
+
+// A one-line progress bar on stderr (only when stderr is a terminal).
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  ~ProgressBar();
+  void update(double fraction);
+  void done();
+
+ private:
+  std::string label_;
+  bool enabled_;
+  int last_percent_ = -1;
+};
+
+int cmd_logits(const std::vector<std::string>& args);
+int cmd_tokenize(const std::vector<std::string>& args);
+int cmd_info(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
+int cmd_chat(const std::vector<std::string>& args);
+int cmd_perplexity(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
+
+}  // namespace ember::cli

@@ -1,0 +1,47 @@
+// ember run: stream a continuation of a prompt.
+#include <cstdio>
+
+#include "cli.hpp"
+#include "sampling_args.hpp"
+
+namespace ember::cli {
+
+int cmd_run(const std::vector<std::string>& argv) {
+  std::vector<std::string> flags = {"--model", "--prompt", "--n-predict", "--threads", "--ctx"};
+  flags.insert(flags.end(), kSamplingFlags.begin(), kSamplingFlags.end());
+  const Args args(argv, flags, {"--chat", "--verbose", "--ignore-eos"},
+                  {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}, {"-t", "--threads"},
+                   {"-c", "--ctx"}, {"-v", "--verbose"}});
+  const std::string model_path = args.get("--model");
+  std::string prompt = args.get("--prompt");
+  GenerateOptions gen;
+  gen.max_tokens = int32_t(args.get_int("--n-predict", 128, 0, 1 << 24));
+  gen.stop_at_end_of_generation = !args.has("--ignore-eos");
+  Sampler sampler(sampler_options(args));
+  SessionOptions session_options;
+  session_options.kv.max_tokens = int32_t(args.get_int("--ctx", 4096, 1, 1 << 24));
+
+  auto model = load_model(model_path, int(args.get_int("--threads", 0, 0, 1024)), args.has("--verbose"));
+  if (args.has("--chat")) {
+    const ChatMessage turn{"user", prompt};
+    prompt = model->apply_chat_template(std::span(&turn, 1), true);
+  }
+  auto session = model->new_session(session_options);
+  if (!args.has("--chat")) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const GenerateResult result = session->generate(prompt, sampler, gen, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return Continue;
+  });
+  std::fputs("\n", stdout);
+  const GenerationMetrics& m = result.metrics;
+  std::fprintf(stderr, "[%d prompt tokens at %.1f tok/s, %d generated at %.1f tok/s, stop: %s]\n", m.prompt_tokens,
+               m.prefill_tokens_per_second(), m.generated_tokens, m.decode_tokens_per_second(),
+               to_string(result.stop_reason));
+  return 0;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,118 @@
+// ember::Model: a GGUF model loaded once and shared by any number of sessions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ember/export.hpp"
+#include "ember/log.hpp"
+
+namespace ember {
+
+class Session;
+struct SessionOptions;
+
+// Where a model's weights live and its ops run.
+enum class Device {
+  cpu,   // the CPU backend (AVX2 / AVX-512 kernels chosen at run time)
+  cuda,  // an NVIDIA GPU, when ember was built with CUDA and a device is present
+};
+
+struct ModelOptions {
+  // Backend for weights and compute. Default cpu.
+  Device backend = Device::cpu;
+  // Worker threads per session, the calling thread included. Default 0 = all
+  // hardware threads; range [0, 1024]. ember starts no other threads.
+  int threads = 0;
+  // Map the file instead of reading it into memory. Default true.
+  bool use_mmap = true;
+  // Called with the fraction loaded, in [0, 1], as loading progresses; return
+  // false to cancel (load() then throws Error with code invalid_argument). Default none.
+  std::function<bool(float fraction)> progress;
+  // Receives the model's log messages (and those of its sessions). Default none: silent.
+  LogCallback log;
+};
+
+// What a model is, for display and for sizing.
+struct ModelInfo {
+  std::string architecture;         // general.architecture: llama, qwen2, qwen3, gemma3
+  std::string name;                 // general.name, when present
+  int64_t n_vocab = 0;              // vocabulary size
+  int64_t n_ctx_train = 0;          // context length the model was trained with
+  int64_t n_embd = 0;               // embedding width
+  int n_layer = 0;                  // transformer blocks
+  int n_head = 0;                   // query heads
+  int n_head_kv = 0;                // key/value heads
+  int head_dim = 0;                 // values per head
+  int64_t n_ff = 0;                 // feed-forward width
+  int sliding_window = 0;           // window of the sliding-window layers, 0 if none
+  int n_sliding_layers = 0;         // layers that use the window
+  std::map<std::string, int> tensor_types;  // weight type name -> number of tensors
+  size_t weight_bytes = 0;          // bytes of weights the backend holds
+  size_t decode_bytes_per_token = 0;  // weight bytes one decode step reads (all matrices; embeddings only if tied)
+  size_t file_bytes = 0;            // size of the GGUF file
+  size_t kv_bytes_per_token = 0;    // KV-cache bytes per token at F16 storage
+  std::string tokenizer;            // "spm" or "bpe"
+  std::string chat_template;        // detected chat format: "gemma", "chatml", "llama3" or "" if none
+};
+
+// One message of a conversation.
+struct ChatMessage {
+  std::string role;     // "system", "user" or "assistant"
+  std::string content;
+};
+
+// A loaded model. Immutable and thread-safe: sessions on different threads may
+// share it. Keep it alive with the shared_ptr that load() returns.
+class EMBER_API Model : public std::enable_shared_from_this<Model> {
+ public:
+  // Loads a GGUF file. Throws Error: io (cannot open), malformed_file (corrupt),
+  // unsupported (architecture or tensor type), invalid_argument (options).
+  static std::shared_ptr<Model> load(const std::filesystem::path& path, const ModelOptions& options = {});
+
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelInfo& info() const;
+  const ModelOptions& options() const;
+
+  // A new session (its own KV cache and threads) on this model.
+  std::unique_ptr<Session> new_session(const SessionOptions& options) const;
+  std::unique_ptr<Session> new_session() const;
+
+  // ---- tokenizer ----
+  // Text to token ids. add_bos prepends the BOS token when the model uses one;
+  // parse_special turns control-token text such as "<start_of_turn>" into its id.
+  std::vector<int32_t> tokenize(std::string_view text, bool add_bos = false, bool parse_special = false) const;
+  // Token ids back to text; special tokens are rendered when render_special is true.
+  std::string detokenize(std::span<const int32_t> tokens, bool render_special = false) const;
+  // The text of one token (its raw vocabulary entry, decoded).
+  std::string token_text(int32_t token) const;
+  int32_t bos_token() const;   // -1 when the model has none
+  int32_t eos_token() const;
+  // True for tokens that end a turn or the text (EOS, end-of-turn, ...).
+  bool is_end_of_generation(int32_t token) const;
+
+  // Renders a conversation with the model's chat format; with add_generation_prompt
+  // it ends with the opening of the assistant's turn. Throws unsupported when the
+  // model has no known chat format.
+  std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt = true) const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember

@@ -1,0 +1,145 @@
+// ember::Session: one sequence of tokens on a model, with its own KV cache.
+//
+// A session belongs to one thread at a time; cancel() is the one call that may
+// come from another thread. Failures throw ember::Error and leave the session as
+// it was before the call; expected outcomes (a stop token, the callback asking to
+// stop, cancellation, max_tokens) are reported in the result.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ember/export.hpp"
+#include "ember/kv_cache.hpp"
+#include "ember/model.hpp"
+#include "ember/sampler.hpp"
+
+namespace ember {
+
+struct SessionOptions {
+  // KV-cache size and storage. Default: 4096 tokens, F16.
+  KVCacheOptions kv;
+  // Most prompt tokens evaluated in one forward pass; longer prompts are split.
+  // Also the granularity of cancellation during prefill. Default 512; range [1, 65536].
+  int32_t prefill_chunk_size = 512;
+  // Worker threads, the calling thread included. Default 0 = the model's setting; range [0, 1024].
+  int threads = 0;
+};
+
+// What a streaming callback returns.
+enum class Control { proceed, stop };
+inline constexpr Control Continue = Control::proceed;
+inline constexpr Control Stop = Control::stop;
+
+// Receives each piece of generated text as soon as it is complete UTF-8 (and not
+// possibly the start of a stop string). Returning Stop ends generation.
+using TokenCallback = std::function<Control(std::string_view piece)>;
+
+struct GenerateOptions {
+  // Most tokens to generate. Default 256; range [0, 1 << 24].
+  int32_t max_tokens = 256;
+  // Generation ends when the text produced so far ends with one of these; the stop
+  // string itself is not returned or streamed. Default none.
+  std::vector<std::string> stop_strings;
+  // Generation ends after sampling one of these tokens (not returned). Default none.
+  std::vector<int32_t> stop_tokens;
+  // Also stop at the model's end-of-generation tokens (EOS, end-of-turn). Default true.
+  bool stop_at_end_of_generation = true;
+  // Prepend BOS to a text prompt when the session is empty and the model wants it. Default true.
+  bool add_bos = true;
+  // Parse control-token text (e.g. "<start_of_turn>") in a text prompt. Default true.
+  bool parse_special = true;
+};
+
+enum class StopReason {
+  max_tokens,         // generated max_tokens tokens
+  end_of_generation,  // the model produced an end-of-generation token
+  stop_token,         // one of GenerateOptions::stop_tokens
+  stop_string,        // the text ended with one of GenerateOptions::stop_strings
+  callback,           // the callback returned Stop
+  cancelled,          // cancel() was called
+  context_full,       // the KV cache has no room for another token
+};
+EMBER_API const char* to_string(StopReason reason) noexcept;
+
+// Timing of one generate() call.
+struct GenerationMetrics {
+  int32_t prompt_tokens = 0;        // tokens evaluated for the prompt
+  int32_t generated_tokens = 0;     // tokens sampled
+  double prefill_seconds = 0.0;     // evaluating the prompt
+  double decode_seconds = 0.0;      // generating, after the prompt
+  double time_to_first_token = 0.0; // from the call to the first sampled token, in seconds
+  double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0.0; }
+  double decode_tokens_per_second() const { return decode_seconds > 0 ? generated_tokens / decode_seconds : 0.0; }
+};
+
+struct GenerateResult {
+  std::string text;               // generated text (without a matched stop string)
+  std::vector<int32_t> tokens;    // generated tokens (without a stop token)
+  StopReason stop_reason = StopReason::max_tokens;
+  GenerationMetrics metrics;
+};
+
+class EMBER_API Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const Model& model() const;
+  const SessionOptions& options() const;
+
+  // Appends tokens to the context, evaluating them in chunks of prefill_chunk_size.
+  // Returns false if cancelled: the chunks evaluated before the cancellation stay.
+  // Throws invalid_argument (bad token id) or cache_full (no room) and then adds nothing.
+  bool prefill(std::span<const int32_t> tokens);
+  // Tokenizes `text` (BOS if the session is empty and add_bos) and prefills it.
+  bool prefill(std::string_view text, bool add_bos = true, bool parse_special = true);
+  // Appends one token and evaluates it (one decode step).
+  void decode(int32_t token);
+  // Next-token logits after the last token of the context [n_vocab]; empty before any token.
+  std::span<const float> logits() const;
+
+  // Evaluates `tokens` after the current context and returns the logits of every one
+  // of them, [tokens.size()][n_vocab] row-major (for scoring short texts).
+  std::vector<float> evaluate(std::span<const int32_t> tokens);
+  // As above, handing each row to `on_logits(index into tokens, row [n_vocab])` as soon
+  // as it is computed, so long texts need no [n_tokens][n_vocab] buffer (perplexity).
+  // Returns false if cancelled.
+  using LogitsCallback = std::function<void(size_t index, std::span<const float> logits)>;
+  bool evaluate(std::span<const int32_t> tokens, const LogitsCallback& on_logits);
+
+  // Prefills `prompt` then samples up to max_tokens tokens, streaming each piece to
+  // `on_piece`. The prompt may be empty to continue from the current context.
+  GenerateResult generate(std::string_view prompt, Sampler& sampler, const GenerateOptions& options = {},
+                          const TokenCallback& on_piece = {});
+  GenerateResult generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options = {},
+                          const TokenCallback& on_piece = {});
+
+  // Asks a running prefill/generate to stop; it takes effect within one prefill chunk
+  // or one token. Safe from any thread. Cleared when the next call starts.
+  void cancel() noexcept;
+
+  // Keeps the first `n_tokens` tokens of the context and forgets the rest.
+  void rewind(int32_t n_tokens);
+  // Forgets everything.
+  void reset();
+
+  int32_t position() const;                    // tokens in the context
+  std::span<const int32_t> tokens() const;     // the context's tokens
+  int32_t capacity() const;                    // most tokens the context can hold
+
+  struct Impl;
+
+ private:
+  friend class Model;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember

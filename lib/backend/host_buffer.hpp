@@ -1,0 +1,38 @@
+// Buffers in host memory, shared by the reference and CPU backends.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "backend/tensor.hpp"
+
+namespace ember::backend {
+
+// Owned, 64-byte aligned host memory. Throws out_of_memory when the allocation fails.
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes);
+  ~HostBuffer() override;
+  size_t size() const override { return size_; }
+  std::byte* host_data() override { return data_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Host memory owned elsewhere (a mapped GGUF file), kept alive by `keep_alive`.
+// Ops only read weights, so handing out a non-const pointer is safe by contract.
+class HostView final : public Buffer {
+ public:
+  HostView(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive)
+      : bytes_(bytes), keep_alive_(std::move(keep_alive)) {}
+  size_t size() const override { return bytes_.size(); }
+  std::byte* host_data() override { return const_cast<std::byte*>(bytes_.data()); }
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::shared_ptr<const void> keep_alive_;
+};
+
+}  // namespace ember::backend

@@ -1,0 +1,280 @@
+#include "model/forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "backend/ops/attention.hpp"
+#include "backend/ops/elementwise.hpp"
+#include "backend/ops/get_rows.hpp"
+#include "backend/ops/glu.hpp"
+#include "backend/ops/kv_store.hpp"
+#include "backend/ops/matmul.hpp"
+#include "backend/ops/rms_norm.hpp"
+#include "backend/ops/rope.hpp"
+#include "common/fail.hpp"
+
+namespace ember::model {
+
+using backend::DType;
+
+// Activation and index tensors for up to `capacity` tokens; reallocated when a
+// larger chunk or cache arrives.
+struct Forward::Workspace {
+  int64_t capacity = 0, out_capacity = 0, row_capacity = 0, page_capacity = 0, slot_capacity = 0;
+  std::unique_ptr<backend::Buffer> buffer;
+  Tensor ids, pos, slots, token_seq, out_rows;  // i32 [n, 1]
+  Tensor page_table, seq_cells, slot_pos;       // i32 [rows, pages], [rows, 1], [slots, 1]
+  Tensor x, h;                                  // [n, n_embd]
+  Tensor q, attn;                               // [n, n_head * hd]
+  Tensor k, v;                                  // [n, n_head_kv * hd]
+  Tensor gate, up;                              // [n, n_ff]
+  Tensor x_out, logits;                         // [n_out, n_embd], [n_out, n_vocab]
+};
+
+Forward::Forward(const HParams& hp, const Weights& weights, backend::Backend& backend, int max_batch)
+    : hp_(hp), w_(weights), be_(backend), max_batch_(max_batch), ws_(std::make_unique<Workspace>()) {
+  require(max_batch >= 1, "max_batch must be >= 1, got {}", max_batch);
+}
+
+Forward::~Forward() = default;
+
+void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t n_slots) {
+  Workspace& ws = *ws_;
+  if (n <= ws.capacity && n_out <= ws.out_capacity && n_rows <= ws.row_capacity &&
+      n_rows * max_pages <= ws.row_capacity * ws.page_capacity && max_pages <= ws.page_capacity &&
+      n_slots == ws.slot_capacity)
+    return;
+  const int64_t cap = std::max(n, ws.capacity);
+  const int64_t out_cap = std::max(n_out, ws.out_capacity);
+  const int64_t row_cap = std::max(n_rows, ws.row_capacity);
+  const int64_t page_cap = std::max(max_pages, ws.page_capacity);
+  const int64_t q_width = int64_t(hp_.n_head) * hp_.head_dim_k;
+  const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
+
+  struct Item {
+    Tensor* tensor;
+    DType type;
+    int64_t rows, cols;
+  };
+  const Item items[] = {
+      {&ws.ids, DType::i32, cap, 1},           {&ws.pos, DType::i32, cap, 1},
+      {&ws.slots, DType::i32, cap, 1},         {&ws.token_seq, DType::i32, cap, 1},
+      {&ws.out_rows, DType::i32, out_cap, 1},  {&ws.page_table, DType::i32, row_cap, page_cap},
+      {&ws.seq_cells, DType::i32, row_cap, 1}, {&ws.slot_pos, DType::i32, n_slots, 1},
+      {&ws.x, DType::f32, cap, hp_.n_embd},    {&ws.h, DType::f32, cap, hp_.n_embd},
+      {&ws.q, DType::f32, cap, q_width},       {&ws.attn, DType::f32, cap, q_width},
+      {&ws.k, DType::f32, cap, kv_width},      {&ws.v, DType::f32, cap, kv_width},
+      {&ws.gate, DType::f32, cap, hp_.n_ff},   {&ws.up, DType::f32, cap, hp_.n_ff},
+      {&ws.x_out, DType::f32, out_cap, hp_.n_embd}, {&ws.logits, DType::f32, out_cap, hp_.n_vocab},
+  };
+  constexpr size_t kAlign = 64;
+  size_t total = 0;
+  for (const Item& it : items) total += (quant::row_bytes(it.type, it.cols) * size_t(it.rows) + kAlign - 1) / kAlign * kAlign;
+  ws.buffer.reset();
+  ws.buffer = be_.allocate(total);
+  size_t offset = 0;
+  for (const Item& it : items) {
+    *it.tensor = backend::make_tensor(*ws.buffer, offset, it.type, it.rows, it.cols);
+    offset += (it.tensor->bytes() + kAlign - 1) / kAlign * kAlign;
+  }
+  ws.capacity = cap;
+  ws.out_capacity = out_cap;
+  ws.row_capacity = row_cap;
+  ws.page_capacity = page_cap;
+  ws.slot_capacity = n_slots;
+}
+
+void Forward::validate(std::span<const BatchToken> batch) const {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchToken& t = batch[i];
+    if (t.token < 0 || t.token >= hp_.n_vocab)
+      fail(ErrorCode::invalid_argument, "batch entry {}: token id {} is outside the vocabulary [0, {})", i, t.token,
+           hp_.n_vocab);
+    if (t.pos < 0) fail(ErrorCode::invalid_argument, "batch entry {}: position {} is negative", i, t.pos);
+    if (t.seq < 0) fail(ErrorCode::invalid_argument, "batch entry {}: sequence id {} is negative", i, t.seq);
+  }
+}
+
+size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, std::vector<float>& logits,
+                    const std::atomic<bool>* cancel) {
+  // Output row of each entry that wants logits.
+  std::vector<size_t> out_row(batch.size(), 0);
+  size_t n_out = 0;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].logits) out_row[i] = n_out++;
+  logits.assign(n_out * size_t(hp_.n_vocab), 0.0f);
+  size_t produced = 0;
+  const size_t done = run(
+      cache, batch,
+      [&](size_t index, std::span<const float> row) {
+        std::copy(row.begin(), row.end(), logits.begin() + long(out_row[index] * size_t(hp_.n_vocab)));
+        ++produced;
+      },
+      cancel);
+  logits.resize(produced * size_t(hp_.n_vocab));
+  return done;
+}
+
+size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, const LogitsSink& sink,
+                    const std::atomic<bool>* cancel) {
+  validate(batch);
+  // Cells each sequence held before the call: a failure in a later chunk rolls
+  // back the earlier ones too.
+  std::map<int32_t, int32_t> cells_before;
+  for (const BatchToken& t : batch) cells_before.emplace(t.seq, cache.n_cells(t.seq));
+  size_t done = 0;
+  try {
+    while (done < batch.size()) {
+      const size_t n = std::min(batch.size() - done, size_t(max_batch_));
+      if (!run_chunk(cache, batch.subspan(done, n), done, sink, cancel)) return done;
+      done += n;
+    }
+  } catch (...) {
+    for (const auto& [seq, cells] : cells_before) cache.truncate(seq, cells);
+    throw;
+  }
+  return done;
+}
+
+bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, size_t first_index,
+                        const LogitsSink& sink, const std::atomic<bool>* cancel) {
+  const auto n = int64_t(chunk.size());
+  std::vector<kv::CellRequest> requests(chunk.size());
+  for (size_t i = 0; i < chunk.size(); ++i) requests[i] = {chunk[i].seq, chunk[i].pos};
+  const kv::Placement placement = cache.place(requests);
+  try {
+    // ---- host-side tables for this chunk ----
+    std::map<int32_t, int32_t> seq_row;  // sequence id -> page-table row
+    for (const BatchToken& t : chunk) seq_row.emplace(t.seq, 0);
+    int32_t row = 0;
+    int64_t max_pages = 1;
+    for (auto& [seq, r] : seq_row) {
+      r = row++;
+      max_pages = std::max<int64_t>(max_pages, int64_t(cache.pages(seq).size()));
+    }
+    std::vector<int32_t> ids(chunk.size()), pos(chunk.size()), token_seq(chunk.size()), out_rows;
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      ids[i] = chunk[i].token;
+      pos[i] = chunk[i].pos;
+      token_seq[i] = seq_row[chunk[i].seq];
+      if (chunk[i].logits) out_rows.push_back(int32_t(i));
+    }
+    const auto n_rows = int64_t(seq_row.size());
+    std::vector<int32_t> page_table(size_t(n_rows * max_pages), 0);
+    std::vector<int32_t> seq_cells(static_cast<size_t>(n_rows));
+    for (const auto& [seq, r] : seq_row) {
+      const auto pages = cache.pages(seq);
+      std::copy(pages.begin(), pages.end(), page_table.begin() + r * max_pages);
+      seq_cells[size_t(r)] = cache.n_cells(seq);
+    }
+    const auto n_out = int64_t(out_rows.size());
+    ensure_workspace(n, std::min<int64_t>(std::max<int64_t>(n_out, 1), kLogitsRowsPerPass), n_rows, max_pages,
+                     cache.n_slots());
+    Workspace& ws = *ws_;
+
+    const Tensor t_ids = ws.ids.slice_rows(0, n), t_pos = ws.pos.slice_rows(0, n);
+    const Tensor t_slots = ws.slots.slice_rows(0, n), t_seq = ws.token_seq.slice_rows(0, n);
+    const Tensor t_pages = backend::make_tensor(*ws.buffer, ws.page_table.offset, DType::i32, n_rows, max_pages);
+    const Tensor t_cells = ws.seq_cells.slice_rows(0, n_rows);
+    be_.upload(t_ids, ids.data());
+    be_.upload(t_pos, pos.data());
+    be_.upload(t_slots, placement.slots.data());
+    be_.upload(t_seq, token_seq.data());
+    be_.upload(t_pages, page_table.data());
+    be_.upload(t_cells, seq_cells.data());
+    be_.upload(ws.slot_pos, cache.slot_positions().data());
+
+    const Tensor x = ws.x.slice_rows(0, n), h = ws.h.slice_rows(0, n);
+    const Tensor q = ws.q.slice_rows(0, n), attn = ws.attn.slice_rows(0, n);
+    const Tensor k = ws.k.slice_rows(0, n), v = ws.v.slice_rows(0, n);
+    const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
+    const int hd = hp_.head_dim_k;
+
+    ops::get_rows(be_, w_.token_embd, t_ids, x);
+    if (hp_.arch->scale_embeddings) ops::scale(be_, x, std::sqrt(float(hp_.n_embd)), x);
+
+    for (int il = 0; il < hp_.n_layer; ++il) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) {
+        cache.undo(placement);
+        return false;
+      }
+      const LayerWeights& L = w_.layers[size_t(il)];
+      const LayerParams& lp = hp_.layers[size_t(il)];
+
+      // ---- attention block ----
+      ops::rms_norm(be_, x, L.attn_norm, hp_.rms_eps, h);
+      ops::matmul(be_, L.wq, h, q);
+      ops::matmul(be_, L.wk, h, k);
+      ops::matmul(be_, L.wv, h, v);
+      if (!L.bq.empty()) ops::add(be_, q, L.bq, q);
+      if (!L.bk.empty()) ops::add(be_, k, L.bk, k);
+      if (!L.bv.empty()) ops::add(be_, v, L.bv, v);
+      if (!L.q_norm.empty()) {
+        const Tensor q_heads = q.reshape(n * hp_.n_head, hd);
+        ops::rms_norm(be_, q_heads, L.q_norm, hp_.rms_eps, q_heads);
+        const Tensor k_heads = k.reshape(n * hp_.n_head_kv, hd);
+        ops::rms_norm(be_, k_heads, L.k_norm, hp_.rms_eps, k_heads);
+      }
+      backend::RopeParams rope{hp_.n_head, hd, hp_.n_rot, hp_.arch->rope_mode, lp.rope_base, lp.rope_scale};
+      ops::rope(be_, q, t_pos, rope, q);
+      rope.n_head = hp_.n_head_kv;
+      ops::rope(be_, k, t_pos, rope, k);
+      ops::kv_store(be_, k, cache.k(il), t_slots);
+      ops::kv_store(be_, v, cache.v(il), t_slots);
+
+      backend::AttentionParams ap;
+      ap.n_head = hp_.n_head;
+      ap.n_head_kv = hp_.n_head_kv;
+      ap.head_dim = hd;
+      ap.scale = hp_.attention_scale;
+      ap.window = lp.window;
+      ap.page_tokens = cache.config().page_tokens;
+      ap.token_pos = t_pos;
+      ap.token_seq = t_seq;
+      ap.page_table = t_pages;
+      ap.seq_cells = t_cells;
+      ap.slot_pos = ws.slot_pos;
+      ops::attention(be_, q, cache.k(il), cache.v(il), ap, attn);
+
+      ops::matmul(be_, L.wo, attn, h);
+      if (!L.bo.empty()) ops::add(be_, h, L.bo, h);
+      if (!L.attn_post_norm.empty()) ops::rms_norm(be_, h, L.attn_post_norm, hp_.rms_eps, h);
+      ops::add(be_, x, h, x);
+
+      // ---- feed-forward block ----
+      ops::rms_norm(be_, x, L.ffn_norm, hp_.rms_eps, h);
+      ops::matmul(be_, L.w_gate, h, gate);
+      ops::matmul(be_, L.w_up, h, up);
+      ops::glu(be_, gate, up, hp_.arch->ffn_activation, gate);
+      ops::matmul(be_, L.w_down, gate, h);
+      if (!L.ffn_post_norm.empty()) ops::rms_norm(be_, h, L.ffn_post_norm, hp_.rms_eps, h);
+      ops::add(be_, x, h, x);
+    }
+
+    // Final norm and output projection for the rows that want logits, a few rows
+    // at a time (a row of a 262k vocabulary is 1 MiB).
+    for (int64_t first = 0; first < n_out; first += kLogitsRowsPerPass) {
+      const int64_t rows = std::min<int64_t>(kLogitsRowsPerPass, n_out - first);
+      const Tensor t_out = ws.out_rows.slice_rows(0, rows);
+      const Tensor x_out = ws.x_out.slice_rows(0, rows);
+      const Tensor logits = ws.logits.slice_rows(0, rows);
+      be_.upload(t_out, out_rows.data() + first);
+      ops::get_rows(be_, x, t_out, x_out);
+      ops::rms_norm(be_, x_out, w_.output_norm, hp_.rms_eps, x_out);
+      ops::matmul(be_, w_.output, x_out, logits);
+      host_logits_.resize(size_t(rows * hp_.n_vocab));
+      be_.download(logits, host_logits_.data());
+      for (int64_t r = 0; r < rows; ++r)
+        sink(first_index + size_t(out_rows[size_t(first + r)]),
+             std::span<const float>(host_logits_.data() + r * hp_.n_vocab, size_t(hp_.n_vocab)));
+    }
+    be_.synchronize();
+  } catch (...) {
+    cache.undo(placement);
+    throw;
+  }
+  return true;
+}
+
+}  // namespace ember::model

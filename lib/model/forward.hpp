@@ -1,0 +1,73 @@
+// One forward pass over a batch of tokens from any number of sequences.
+//
+// Prefill, decode, several sequences at once and (later) speculative
+// verification are all this one call: each entry is (token, position, sequence
+// id, wants-logits). New keys/values go into the paged KV cache; each token
+// attends to its own sequence's cells up to its position.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "kv/kv_cache.hpp"
+#include "model/hparams.hpp"
+#include "model/weights.hpp"
+
+namespace ember::model {
+
+struct BatchToken {
+  int32_t token = 0;    // vocabulary id
+  int32_t pos = 0;      // position in its sequence (rope and causal mask)
+  int32_t seq = 0;      // sequence id in the KV cache
+  bool logits = false;  // return this token's next-token logits
+};
+
+// Scratch tensors and the run loop; one per (model, backend) user, not thread-safe.
+class Forward {
+ public:
+  // Batches larger than max_batch are run in consecutive chunks of max_batch tokens.
+  Forward(const HParams& hp, const Weights& weights, backend::Backend& backend, int max_batch = 512);
+  ~Forward();
+
+  // Receives the logits row [n_vocab] of batch entry `index` (entries with logits = true).
+  using LogitsSink = std::function<void(size_t index, std::span<const float> row)>;
+
+  // Runs `batch` and returns how many of its tokens were processed: all of them,
+  // or fewer when `cancel` became true (checked between layers; the chunk in
+  // flight is undone, earlier chunks stay in the cache). Logits rows go to `sink`
+  // in batch order, at most kLogitsRowsPerPass at a time, so that scoring long
+  // texts needs no [n_tokens][n_vocab] buffer. Throws invalid_argument for bad
+  // tokens/positions and cache_full when the cache has no room; on any failure
+  // the cache is left as it was before the call.
+  size_t run(kv::KVCache& cache, std::span<const BatchToken> batch, const LogitsSink& sink,
+             const std::atomic<bool>* cancel = nullptr);
+  // As above, collecting [n_wanted][n_vocab] floats into `logits`, rows in batch order.
+  size_t run(kv::KVCache& cache, std::span<const BatchToken> batch, std::vector<float>& logits,
+             const std::atomic<bool>* cancel = nullptr);
+
+  static constexpr int64_t kLogitsRowsPerPass = 32;
+
+  // Checks that every token id is in [0, n_vocab) and every pos/seq >= 0.
+  void validate(std::span<const BatchToken> batch) const;
+
+ private:
+  struct Workspace;
+  // Returns false when cancelled (the chunk's cells are then undone).
+  bool run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, size_t first_index, const LogitsSink& sink,
+                 const std::atomic<bool>* cancel);
+  void ensure_workspace(int64_t n_tokens, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t n_slots);
+
+  const HParams& hp_;
+  const Weights& w_;
+  backend::Backend& be_;
+  int max_batch_;
+  std::unique_ptr<Workspace> ws_;
+  std::vector<float> host_logits_;
+};
+
+}  // namespace ember::model

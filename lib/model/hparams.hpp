@@ -1,0 +1,41 @@
+// Hyper-parameters of a model, read from GGUF metadata only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.hpp"
+#include "model/arch.hpp"
+
+namespace ember::model {
+
+struct LayerParams {
+  bool sliding = false;      // uses the sliding window
+  int window = 0;            // tokens visible (0: all)
+  float rope_base = 0.0f;    // rope frequency base of this layer
+  float rope_scale = 1.0f;   // position multiplier (1 / linear scaling factor)
+};
+
+struct HParams {
+  const ArchTraits* arch = nullptr;
+  std::string name;          // general.name, if present
+  int64_t n_vocab = 0;       // rows of token_embd
+  int64_t n_ctx_train = 0;   // {arch}.context_length
+  int64_t n_embd = 0;        // {arch}.embedding_length
+  int n_layer = 0;           // {arch}.block_count
+  int64_t n_ff = 0;          // {arch}.feed_forward_length
+  int n_head = 0;            // {arch}.attention.head_count
+  int n_head_kv = 0;         // {arch}.attention.head_count_kv (default n_head)
+  int head_dim_k = 0;        // {arch}.attention.key_length (default n_embd / n_head)
+  int head_dim_v = 0;        // {arch}.attention.value_length (default head_dim_k)
+  int n_rot = 0;             // {arch}.rope.dimension_count (default head_dim_k)
+  float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
+  float attention_scale = 0; // multiplies q.k
+  std::vector<LayerParams> layers;
+
+  // Reads and validates; throws malformed_file / unsupported naming the key.
+  static HParams from_gguf(const gguf::File& file);
+};
+
+}  // namespace ember::model

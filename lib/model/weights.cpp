@@ -1,0 +1,126 @@
+#include "model/weights.hpp"
+
+#include <fmt/format.h>
+
+#include "common/fail.hpp"
+#include "quant/quant.hpp"
+
+namespace ember::model {
+namespace {
+
+class Loader {
+ public:
+  Loader(const gguf::File& file, backend::Backend& backend, std::shared_ptr<const void> keep_alive,
+         std::vector<std::shared_ptr<backend::Buffer>>& buffers)
+      : file_(file), backend_(backend), buffers_(buffers) {
+    // One buffer for the whole tensor-data section: zero-copy on the CPU, one upload on a GPU.
+    const auto bytes = file.bytes().subspan(size_t(file.data_offset()));
+    data_ = backend.wrap_host(bytes, std::move(keep_alive));
+    buffers_.push_back(data_);
+  }
+
+  // A matrix [rows, cols] in its file format.
+  Tensor matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const gguf::TensorInfo& info = file_.tensor(name);
+    check_shape(info, rows, cols);
+    if (!quant::type_info(info.type).weight_supported)
+      fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}, which ember cannot multiply", file_.name(), name,
+           quant::type_name(info.type));
+    bytes_ += info.n_bytes;
+    return backend::make_tensor(*data_, size_t(info.offset), info.type, rows, cols);
+  }
+
+  // A vector [1, n] as F32 (converted once when the file stores another type).
+  Tensor vector(const std::string& name, int64_t n) {
+    const gguf::TensorInfo& info = file_.tensor(name);
+    check_shape(info, 1, n);
+    if (info.type == quant::DType::f32) {
+      bytes_ += info.n_bytes;
+      return backend::make_tensor(*data_, size_t(info.offset), info.type, 1, n);
+    }
+    if (!quant::type_info(info.type).weight_supported)
+      fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}", file_.name(), name, quant::type_name(info.type));
+    std::vector<float> values(static_cast<size_t>(n));
+    quant::dequantize_row(info.type, info.data, values.data(), n);
+    std::shared_ptr<backend::Buffer> buffer = backend_.allocate(size_t(n) * sizeof(float));
+    Tensor t = backend::make_tensor(*buffer, 0, quant::DType::f32, 1, n);
+    backend_.upload(t, values.data());
+    buffers_.push_back(std::move(buffer));
+    bytes_ += size_t(n) * sizeof(float);
+    return t;
+  }
+
+  Tensor optional_vector(const std::string& name, int64_t n) {
+    return file_.find_tensor(name) ? vector(name, n) : Tensor{};
+  }
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void check_shape(const gguf::TensorInfo& info, int64_t rows, int64_t cols) const {
+    const bool ok = (info.shape.size() == 1 && rows == 1 && info.shape[0] == cols) ||
+                    (info.shape.size() == 2 && info.shape[0] == cols && info.shape[1] == rows);
+    if (!ok) {
+      std::string dims;
+      for (int64_t d : info.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      fail(ErrorCode::malformed_file, "{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order)", file_.name(),
+           info.name, dims, cols, rows);
+    }
+  }
+
+  const gguf::File& file_;
+  backend::Backend& backend_;
+  std::vector<std::shared_ptr<backend::Buffer>>& buffers_;
+  std::shared_ptr<backend::Buffer> data_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace
+
+Weights Weights::load(const gguf::File& file, const HParams& hp, backend::Backend& backend,
+                      std::shared_ptr<const void> keep_alive) {
+  Weights w;
+  Loader load(file, backend, std::move(keep_alive), w.buffers_);
+  const int64_t n_embd = hp.n_embd;
+  const int64_t q_rows = int64_t(hp.n_head) * hp.head_dim_k;
+  const int64_t kv_rows = int64_t(hp.n_head_kv) * hp.head_dim_k;
+
+  const gguf::TensorInfo& embd = file.tensor("token_embd.weight");
+  if (embd.shape.size() != 2 || embd.shape[0] != n_embd)
+    fail(ErrorCode::malformed_file, "{}: token_embd.weight must be [{}, n_vocab]", file.name(), n_embd);
+  const int64_t n_vocab = embd.shape[1];
+  w.token_embd = load.matrix("token_embd.weight", n_vocab, n_embd);
+  w.output_norm = load.vector("output_norm.weight", n_embd);
+  w.output = load.has("output.weight") ? load.matrix("output.weight", n_vocab, n_embd) : w.token_embd;
+
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const auto name = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
+    LayerWeights l;
+    l.attn_norm = load.vector(name("attn_norm.weight"), n_embd);
+    l.wq = load.matrix(name("attn_q.weight"), q_rows, n_embd);
+    l.wk = load.matrix(name("attn_k.weight"), kv_rows, n_embd);
+    l.wv = load.matrix(name("attn_v.weight"), kv_rows, n_embd);
+    l.bq = load.optional_vector(name("attn_q.bias"), q_rows);
+    l.bk = load.optional_vector(name("attn_k.bias"), kv_rows);
+    l.bv = load.optional_vector(name("attn_v.bias"), kv_rows);
+    l.wo = load.matrix(name("attn_output.weight"), n_embd, q_rows);
+    l.bo = load.optional_vector(name("attn_output.bias"), n_embd);
+    if (hp.arch->qk_norm) {
+      l.q_norm = load.vector(name("attn_q_norm.weight"), hp.head_dim_k);
+      l.k_norm = load.vector(name("attn_k_norm.weight"), hp.head_dim_k);
+    }
+    if (hp.arch->post_norms) {
+      l.attn_post_norm = load.vector(name("post_attention_norm.weight"), n_embd);
+      l.ffn_post_norm = load.vector(name("post_ffw_norm.weight"), n_embd);
+    }
+    l.ffn_norm = load.vector(name("ffn_norm.weight"), n_embd);
+    l.w_gate = load.matrix(name("ffn_gate.weight"), hp.n_ff, n_embd);
+    l.w_up = load.matrix(name("ffn_up.weight"), hp.n_ff, n_embd);
+    l.w_down = load.matrix(name("ffn_down.weight"), n_embd, hp.n_ff);
+    w.layers.push_back(l);
+  }
+  w.bytes = load.bytes();
+  return w;
+}
+
+}  // namespace ember::model

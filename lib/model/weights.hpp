@@ -1,0 +1,52 @@
+// The weights of a model, placed on a backend in their file format.
+//
+// GGUF names and shapes follow llama.cpp's conventions ("blk.N.attn_q.weight",
+// GGUF shape [n_in, n_out], which is a row-major [n_out, n_in] matrix).
+// Matrices stay in their file format (a Q4_K tensor is multiplied as Q4_K);
+// small vectors (norms, biases) are converted to F32 at load when needed.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "gguf/gguf.hpp"
+#include "model/hparams.hpp"
+
+namespace ember::model {
+
+using backend::Tensor;
+
+struct LayerWeights {
+  Tensor attn_norm;        // [1, n_embd]
+  Tensor wq, wk, wv;       // [n_head * hd, n_embd], [n_head_kv * hd, n_embd] x2
+  Tensor bq, bk, bv;       // optional biases [1, rows of the matrix] (qwen2)
+  Tensor q_norm, k_norm;   // optional per-head norms [1, hd] (qwen3, gemma3)
+  Tensor wo;               // [n_embd, n_head * hd]
+  Tensor bo;               // optional [1, n_embd]
+  Tensor attn_post_norm;   // optional [1, n_embd] (gemma3)
+  Tensor ffn_norm;         // [1, n_embd]
+  Tensor w_gate, w_up;     // [n_ff, n_embd]
+  Tensor w_down;           // [n_embd, n_ff]
+  Tensor ffn_post_norm;    // optional [1, n_embd] (gemma3)
+};
+
+struct Weights {
+  Tensor token_embd;       // [n_vocab, n_embd]
+  Tensor output_norm;      // [1, n_embd]
+  Tensor output;           // [n_vocab, n_embd]; token_embd when the file ties them
+  std::vector<LayerWeights> layers;
+  size_t bytes = 0;        // total size of the weights on the backend
+
+  // Places every tensor of `file` the model needs on `backend`. The mapped file
+  // is kept alive by `keep_alive` for as long as any backend buffer refers to it.
+  // Throws malformed_file naming a missing or mis-shaped tensor, unsupported for
+  // a tensor type ember cannot multiply.
+  static Weights load(const gguf::File& file, const HParams& hp, backend::Backend& backend,
+                      std::shared_ptr<const void> keep_alive);
+
+ private:
+  std::vector<std::shared_ptr<backend::Buffer>> buffers_;
+};
+
+}  // namespace ember::model

@@ -1,0 +1,18 @@
+// Creates the backend a Device names.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "ember/model.hpp"
+
+namespace ember::runtime {
+
+// A backend for `device` using `threads` threads (CPU). Throws unsupported when the
+// device is not available in this build or on this machine.
+std::unique_ptr<backend::Backend> make_backend(Device device, int threads);
+
+// Threads to use when the host asked for 0: the hardware concurrency (at least 1).
+int default_threads();
+
+}  // namespace ember::runtime

@@ -1,0 +1,87 @@
+// Logits of every golden model (../shared/golden, computed by llama.cpp) against
+// ember's forward pass on the CPU backend. One ctest test per file runs the case
+// named after it; each prints the maxrel and argmax agreement it reached.
+#include <cstdio>
+#include <memory>
+
+#include "common/catch.hpp"
+#include "common/paths.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "kv/kv_cache.hpp"
+#include "model/forward.hpp"
+#include "model/golden.hpp"
+#include "model/loaded_model.hpp"
+
+using namespace ember;
+
+namespace {
+
+
+// Tolerances of ../shared/golden/README.md by weight format.
+struct Tolerance {
+  double maxrel;
+  double argmax;
+};
+Tolerance tolerance_for(const std::string& name) {
+  if (name.ends_with("-F16")) return {5e-3, 0.98};
+  if (name.ends_with("-BF16")) return {1e-2, 0.98};
+  return {5e-2, 0.90};
+}
+
+// Runs the golden sequence: the prompt as one batch, then the greedy tokens one by one.
+std::vector<float> run_golden(const std::string& name, backend::Backend& be, const test::GoldenCase& g) {
+  auto model = model::LoadedModel::open(test::golden_dir() / (name + ".gguf"), be);
+  REQUIRE(model->hparams.n_vocab == g.vocab);
+  kv::CacheConfig cfg;
+  cfg.n_layer = model->hparams.n_layer;
+  cfg.k_width = cfg.v_width = int64_t(model->hparams.n_head_kv) * model->hparams.head_dim_k;
+  cfg.storage = quant::DType::f16;
+  cfg.max_tokens = cfg.max_seq_tokens = 128;
+  kv::KVCache cache(be, cfg);
+  model::Forward forward(model->hparams, model->weights, be);
+
+  std::vector<float> all, logits;
+  std::vector<model::BatchToken> batch;
+  for (size_t i = 0; i < g.prompt.size(); ++i) batch.push_back({g.prompt[i], int32_t(i), 0, true});
+  REQUIRE(forward.run(cache, batch, logits) == batch.size());
+  all = logits;
+  for (size_t i = 0; i < g.greedy.size(); ++i) {
+    const model::BatchToken t{g.greedy[i], int32_t(g.prompt.size() + i), 0, true};
+    REQUIRE(forward.run(cache, std::span(&t, 1), logits) == 1);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+void check_golden(const std::string& name) {
+  if (!std::filesystem::exists(test::golden_dir() / (name + ".gguf"))) {
+    WARN("golden model " << name << " not found under " << test::golden_dir() << "; skipped");
+    return;
+  }
+  const test::GoldenCase g = test::read_golden(test::golden_dir(), name);
+  auto be = cpu::make_cpu_backend({.threads = 2});
+  const std::vector<float> ours = run_golden(name, *be, g);
+  const test::Agreement a = test::compare_logits(ours, g.logits, g.vocab);
+  const Tolerance tol = tolerance_for(name);
+  std::printf("golden %-14s maxrel %.3e (limit %.0e)  argmax agreement %5.1f %% (limit %.0f %%)\n", name.c_str(),
+              a.maxrel, tol.maxrel, 100.0 * a.argmax_agree, 100.0 * tol.argmax);
+  CHECK(a.maxrel <= tol.maxrel);
+  CHECK(a.argmax_agree >= tol.argmax);
+}
+
+}  // namespace
+
+TEST_CASE("golden llama-F16", "[golden]") { check_golden("llama-F16"); }
+TEST_CASE("golden llama-BF16", "[golden]") { check_golden("llama-BF16"); }
+TEST_CASE("golden llama-Q8_0", "[golden]") { check_golden("llama-Q8_0"); }
+TEST_CASE("golden llama-Q4_0", "[golden]") { check_golden("llama-Q4_0"); }
+TEST_CASE("golden llama-Q4_1", "[golden]") { check_golden("llama-Q4_1"); }
+TEST_CASE("golden llama-Q5_0", "[golden]") { check_golden("llama-Q5_0"); }
+TEST_CASE("golden llama-Q5_1", "[golden]") { check_golden("llama-Q5_1"); }
+TEST_CASE("golden llama-Q4_K_M", "[golden]") { check_golden("llama-Q4_K_M"); }
+TEST_CASE("golden llama-Q5_K_M", "[golden]") { check_golden("llama-Q5_K_M"); }
+TEST_CASE("golden llama-Q6_K", "[golden]") { check_golden("llama-Q6_K"); }
+TEST_CASE("golden qwen2-Q8_0", "[golden]") { check_golden("qwen2-Q8_0"); }
+TEST_CASE("golden qwen3-Q8_0", "[golden]") { check_golden("qwen3-Q8_0"); }
+TEST_CASE("golden gemma3-Q8_0", "[golden]") { check_golden("gemma3-Q8_0"); }
+TEST_CASE("golden gemma3-Q4_K_M", "[golden]") { check_golden("gemma3-Q4_K_M"); }
