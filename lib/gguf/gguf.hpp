@@ -10,6 +10,8 @@
 // Every count, length, type, shape and offset is checked against the file size
 // before it is used; a violation throws ember::Error(ErrorCode::malformed_file)
 // whose message names the key or tensor and the byte offset of the problem.
+// Version 1 (32-bit counts) and big-endian files throw ErrorCode::unsupported.
+// The rules are listed in docs/gguf.md.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +41,8 @@ class Value;
 struct Array {
   ValueType element_type = ValueType::u8;
   std::vector<Value> items;
+
+  bool operator==(const Array& other) const;   // same element type and equal items
 };
 
 // One metadata value. Strings point into the mapped file (zero-copy) or into the
@@ -67,6 +71,9 @@ class Value {
   std::string_view as_string(std::string_view what = "value") const;
   const Array& as_array(std::string_view what = "value") const;
 
+  // Same type and payload; floats compare by bit pattern (so NaN == NaN), arrays deeply.
+  bool operator==(const Value& other) const;
+
  private:
   ValueType type_ = ValueType::u8;
   uint64_t bits_ = 0;          // integer/float/bool payload (floats stored as double bits)
@@ -80,6 +87,7 @@ struct KeyValue {
 };
 
 // One tensor of the file. `data` points into the mapping; `n_bytes` bytes are valid.
+// A tensor has 0 to 4 dimensions, each at least 1 (no dimensions: one element).
 struct TensorInfo {
   std::string name;
   quant::DType type = quant::DType::f32;
@@ -95,7 +103,8 @@ struct TensorInfo {
 
 class File {
  public:
-  // Memory-maps and parses `path`. Throws io (cannot open/map) or malformed_file.
+  // Memory-maps and parses `path`. Throws io (cannot open/map), malformed_file, or
+  // unsupported (version 1, big-endian).
   static File open(const std::filesystem::path& path);
   // Parses an in-memory image (the File keeps its own copy). For tests and fuzzing.
   static File from_bytes(std::vector<std::byte> bytes, std::string name = "<memory>");
@@ -119,6 +128,8 @@ class File {
   // and still throw when it is present with the wrong type.
   uint64_t get_uint(std::string_view key) const;
   uint64_t get_uint_or(std::string_view key, uint64_t fallback) const;
+  int64_t get_int(std::string_view key) const;
+  int64_t get_int_or(std::string_view key, int64_t fallback) const;
   double get_float(std::string_view key) const;
   double get_float_or(std::string_view key, double fallback) const;
   bool get_bool_or(std::string_view key, bool fallback) const;
@@ -131,15 +142,24 @@ class File {
   const TensorInfo* find_tensor(std::string_view name) const;   // nullptr when absent
   const TensorInfo& tensor(std::string_view name) const;        // throws malformed_file "missing tensor '...'"
 
+  struct Impl;   // opaque; defined in lib/gguf/file_impl.hpp for the parser
+
  private:
-  struct Impl;
   explicit File(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
 // Builds GGUF files (v3). Used by tests, fuzzing seeds and tools that write models.
+// Metadata and tensors are written in the order added; tensor data is copied at
+// add_tensor. Arguments are checked (duplicate key or tensor, shape, data size,
+// array element types) with ErrorCode::invalid_argument. A copy of a Writer
+// shares its contents with the original.
 class Writer {
  public:
+  // `alignment`: a nonzero power of two that fits in u32; when not 32 the writer adds the
+  // `general.alignment` key itself. A `general.alignment` added by hand is
+  // written as given and does not change the layout (tests use that to make
+  // inconsistent files).
   explicit Writer(uint64_t alignment = 32);
   void add(std::string key, Value value);   // values may reference strings owned by the caller until write
   void add_uint32(std::string key, uint32_t v);
