@@ -36,7 +36,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
 
   // Random tokens, as llama-bench uses, from a fixed seed.
   std::mt19937 rng(1234);
-  std::vector<int32_t> prompt(size_t(n_prompt));
+  std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (auto& t : prompt) t = int32_t(rng() % uint32_t(model->info().n_vocab));
 
   // Warm-up: touches the weights and the caches once.
