@@ -5,10 +5,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-release}"
-prompt="${1:-The three most useful things to know about the ocean are}"
+prompt="${1:-Once upon a time, in a small village by the sea,}"
 
 "$root/scripts/setup-debian.sh"
 model="$("$root/scripts/fetch-model.sh")"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target ember_cli
-"$build/examples/ember" run -m "$model" -p "$prompt" -n 128 --temp 0.7 --seed 42 --chat
+"$build/examples/ember" run -m "$model" -p "$prompt" -n 128 --temp 0.7 --seed 42

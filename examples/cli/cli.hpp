@@ -42,7 +42,7 @@ bool stdin_is_terminal();
 
 // Loads a model, drawing a progress bar on stderr when it is a terminal.
 // Log messages at warning and above go to stderr; with `verbose`, all of them.
-std::shared_ptr<Model> load_model(const std::string& path, int threads, bool verbose);
+std::shared_ptr<Model> load_model(const std::string& path, int threads, bool verbose, bool vocab_only = false);
 
 // A one-line progress bar on stderr (only when stderr is a terminal).
 class ProgressBar {

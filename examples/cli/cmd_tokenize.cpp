@@ -10,7 +10,7 @@ int cmd_tokenize(const std::vector<std::string>& argv) {
                   {{"-m", "--model"}, {"-p", "--prompt"}, {"-v", "--verbose"}});
   const std::string model_path = args.get("--model");
   const std::string text = args.get("--prompt");
-  auto model = load_model(model_path, 1, args.has("--verbose"));
+  auto model = load_model(model_path, 1, args.has("--verbose"), /*vocab_only=*/true);
   const auto ids = model->tokenize(text, args.has("--bos"), args.has("--special"));
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);

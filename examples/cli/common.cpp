@@ -87,11 +87,12 @@ void ProgressBar::done() {
   enabled_ = false;
 }
 
-std::shared_ptr<Model> load_model(const std::string& path, int threads, bool verbose) {
+std::shared_ptr<Model> load_model(const std::string& path, int threads, bool verbose, bool vocab_only) {
   // Shared with the log callback, which outlives this function inside the model.
   auto bar = std::make_shared<ProgressBar>("loading " + path);
   ModelOptions options;
   options.threads = threads;
+  options.vocab_only = vocab_only;
   options.progress = [bar](float f) {
     bar->update(f);
     return true;

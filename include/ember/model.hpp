@@ -34,6 +34,10 @@ struct ModelOptions {
   int threads = 0;
   // Map the file instead of reading it into memory. Default true.
   bool use_mmap = true;
+  // Load only the metadata and the tokenizer (no weights): tokenize/detokenize and
+  // chat templates work, new_session() throws. Also opens vocabulary-only GGUF files.
+  // Default false.
+  bool vocab_only = false;
   // Called with the fraction loaded, in [0, 1], as loading progresses; return
   // false to cancel (load() then throws Error with code invalid_argument). Default none.
   std::function<bool(float fraction)> progress;

@@ -83,8 +83,7 @@ ModelInfo describe(const model::LoadedModel& m, const gguf::File& file) {
 
 const tok::Tokenizer& Model::Impl::require_tokenizer() const {
   if (!tokenizer)
-    fail(ErrorCode::unsupported, "model '{}' has no tokenizer vocabulary (tokenizer.ggml.tokens)",
-         loaded->file->name());
+    fail(ErrorCode::unsupported, "model '{}' has no tokenizer vocabulary (tokenizer.ggml.tokens)", file->name());
   return *tokenizer;
 }
 
@@ -111,20 +110,30 @@ std::shared_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   impl->logger.info("loaded {}: GGUF v{}, {} tensors, {} metadata keys, {:.1f} MiB", file->name(), file->version(),
                     file->tensors().size(), file->metadata().size(), double(file->file_size()) / (1 << 20));
 
-  // The weights are placed with a backend of one thread (no worker threads);
-  // sessions run them on backends of their own.
-  impl->owner_backend = runtime::make_backend(options.backend, 1);
-  impl->loaded = model::LoadedModel::from_file(file, *impl->owner_backend);
-  report(options, 0.95f);
   if (file->find("tokenizer.ggml.tokens")) impl->tokenizer = tok::Tokenizer::from_gguf(*file);
-
-  impl->info = describe(*impl->loaded, *file);
+  impl->file = file;
+  if (options.vocab_only) {
+    if (!impl->tokenizer)
+      fail(ErrorCode::unsupported, "'{}' has no tokenizer vocabulary (tokenizer.ggml.tokens)", file->name());
+    impl->info.architecture = std::string(file->find_string("general.architecture").value_or(""));
+    impl->info.name = std::string(file->find_string("general.name").value_or(""));
+    impl->info.n_vocab = impl->tokenizer->n_vocab();
+    impl->info.file_bytes = file->file_size();
+  } else {
+    // The weights are placed with a backend of one thread (no worker threads);
+    // sessions run them on backends of their own.
+    impl->owner_backend = runtime::make_backend(options.backend, 1);
+    impl->loaded = model::LoadedModel::from_file(file, *impl->owner_backend);
+    impl->info = describe(*impl->loaded, *file);
+    const ModelInfo& i = impl->info;
+    impl->logger.info(
+        "model: {} '{}', {} layers, n_embd {}, {} heads ({} kv), head {}, vocab {}, {:.1f} MiB of weights",
+        i.architecture, i.name, i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_vocab,
+        double(i.weight_bytes) / (1 << 20));
+  }
+  report(options, 0.95f);
   if (impl->tokenizer) impl->info.tokenizer = impl->tokenizer->model() == tok::TokenizerModel::spm ? "spm" : "bpe";
   impl->info.chat_template = runtime::detect_chat_format(*file);
-  const ModelInfo& i = impl->info;
-  impl->logger.info("model: {} '{}', {} layers, n_embd {}, {} heads ({} kv), head {}, vocab {}, {:.1f} MiB of weights",
-                    i.architecture, i.name, i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_vocab,
-                    double(i.weight_bytes) / (1 << 20));
   report(options, 1.0f);
   return std::shared_ptr<Model>(new Model(std::move(impl)));
 }
@@ -151,7 +160,7 @@ bool Model::is_end_of_generation(int32_t token) const {
 }
 
 std::string Model::apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  return runtime::render_chat(impl_->info.chat_template, *impl_->loaded->file, messages, add_generation_prompt);
+  return runtime::render_chat(impl_->info.chat_template, *impl_->file, messages, add_generation_prompt);
 }
 
 }  // namespace ember

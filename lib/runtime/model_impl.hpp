@@ -17,7 +17,8 @@ struct Model::Impl {
   ModelInfo info;
   int threads = 1;                                  // resolved thread count
   std::unique_ptr<backend::Backend> owner_backend;  // wrapped the weights; runs nothing
-  std::shared_ptr<model::LoadedModel> loaded;
+  std::shared_ptr<const gguf::File> file;
+  std::shared_ptr<model::LoadedModel> loaded;       // null when loaded vocab_only
   std::optional<tok::Tokenizer> tokenizer;          // absent when the file has no vocabulary
   runtime::Logger logger;
 

@@ -60,6 +60,8 @@ struct Session::Impl {
 
   Impl(std::shared_ptr<const Model> owner, const SessionOptions& opts)
       : model(std::move(owner)), m(model->impl()), options(opts) {
+    if (!m.loaded)
+      fail(ErrorCode::invalid_argument, "the model was loaded with vocab_only; it has no weights to run sessions on");
     const KVCacheOptions& kv = options.kv;
     require(kv.max_tokens >= 1 && kv.max_tokens <= (1 << 24), "KVCacheOptions::max_tokens must be in [1, 2^24], got {}",
             kv.max_tokens);

@@ -1,0 +1,157 @@
+// The ember command-line tool, run as a separate process: exit codes, output
+// formats, and its results against the fixtures (golden logits, tokenizer vectors).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "common/paths.hpp"
+#include "model/golden.hpp"
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs `ember ARGS` through the shell, with `input` on stdin.
+Run run_cli(const std::string& args, const std::string& input = "") {
+  const std::string in_file = "/tmp/ember_cli_test_input.txt";
+  std::ofstream(in_file) << input;
+  const std::string cmd = std::string(EMBER_CLI_PATH) + " " + args + " < " + in_file + " 2>&1";
+  Run r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+}  // namespace
+
+TEST_CASE("wrong arguments print the usage and exit with code 2", "[cli]") {
+  for (const char* args : {"", "frobnicate", "logits", "logits -m", "tokenize -p hi", "run -m x.gguf --temp",
+                           "bench -m x.gguf -n -3", "info -m x.gguf --bogus"}) {
+    INFO("ember " << args);
+    const Run r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Catch::Matchers::Contains("usage: ember"));
+  }
+}
+
+TEST_CASE("errors print the ember::Error message and exit with code 1", "[cli]") {
+  const Run missing = run_cli("info -m /nonexistent/model.gguf");
+  CHECK(missing.code == 1);
+  CHECK_THAT(missing.out, Catch::Matchers::Contains("error (io)"));
+  CHECK_THAT(missing.out, Catch::Matchers::Contains("/nonexistent/model.gguf"));
+
+  const std::string garbage = "/tmp/ember_cli_garbage.gguf";
+  std::ofstream(garbage) << "GGUF this is not a model";
+  const Run bad = run_cli("info -m " + garbage);
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.out, Catch::Matchers::Contains("error (malformed_file)"));
+
+  const auto vocab = ember::test::tokenizer_dir() / "ggml-vocab-gpt-2.gguf";
+  if (std::filesystem::exists(vocab)) {
+    const Run no_weights = run_cli("info -m " + quote(vocab));
+    CHECK(no_weights.code == 1);
+  }
+}
+
+TEST_CASE("ember logits writes llama.cpp's golden layout", "[cli]") {
+  const std::string name = "llama-Q8_0";
+  if (!std::filesystem::exists(ember::test::golden_dir() / (name + ".gguf"))) return;
+  const auto g = ember::test::read_golden(ember::test::golden_dir(), name);
+  std::string ids;
+  for (int32_t t : g.prompt) ids += std::to_string(t) + " ";
+  for (int32_t t : g.greedy) ids += std::to_string(t) + " ";
+  const std::string out = "/tmp/ember_cli_logits.f32";
+  const Run r = run_cli("logits -m " + quote(ember::test::golden_dir() / (name + ".gguf")) + " --tokens '" + ids +
+                      "' -o " + out + " -t 2");
+  REQUIRE(r.code == 0);
+  std::ifstream in(out, std::ios::binary | std::ios::ate);
+  REQUIRE(size_t(in.tellg()) == g.logits.size() * sizeof(float));
+  in.seekg(0);
+  std::vector<float> ours(g.logits.size());
+  in.read(reinterpret_cast<char*>(ours.data()), std::streamsize(ours.size() * sizeof(float)));
+  const auto a = ember::test::compare_logits(ours, g.logits, g.vocab);
+  std::printf("ember logits %s: maxrel %.3e, argmax agreement %.1f %%\n", name.c_str(), a.maxrel,
+              100 * a.argmax_agree);
+  CHECK(a.maxrel <= 5e-2);
+  CHECK(a.argmax_agree >= 0.90);
+}
+
+TEST_CASE("ember info and ember tokenize", "[cli]") {
+  const auto model = ember::test::golden_dir() / "gemma3-Q4_K_M.gguf";
+  if (std::filesystem::exists(model)) {
+    const Run r = run_cli("info -m " + quote(model));
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.out, Catch::Matchers::Contains("architecture:     gemma3"));
+    CHECK_THAT(r.out, Catch::Matchers::Contains("sliding window:   16 tokens on 5 of 6 layers"));
+    CHECK_THAT(r.out, Catch::Matchers::Contains("Q4_K x"));
+    CHECK_THAT(r.out, Catch::Matchers::Contains("weights:"));
+  }
+  const auto vocab = ember::test::tokenizer_dir() / "ggml-vocab-llama-spm.gguf";
+  if (std::filesystem::exists(vocab)) {
+    // The first vector of the shared SentencePiece file: its ids without BOS.
+    std::ifstream inp(ember::test::tokenizer_dir() / "ggml-vocab-llama-spm.gguf.inp");
+    std::ifstream outp(ember::test::tokenizer_dir() / "ggml-vocab-llama-spm.gguf.out");
+    std::string all((std::istreambuf_iterator<char>(inp)), {}), expected;
+    std::getline(outp, expected);
+    expected.erase(0, expected.find_first_not_of(' '));
+    const std::string first = all.substr(0, all.find("\n__ggml_vocab_test__\n"));
+    if (first.find('\'') == std::string::npos && !first.empty()) {
+      const Run r = run_cli("tokenize -m " + quote(vocab) + " -p '" + first + "'");
+      REQUIRE(r.code == 0);
+      CHECK(r.out == expected + "\n");
+      const Run with_bos = run_cli("tokenize -m " + quote(vocab) + " -p '" + first + "' --bos");
+      CHECK(with_bos.out == "1 " + expected + "\n");
+    }
+    const Run special = run_cli("tokenize -m " + quote(vocab) + " -p '<s>' --special");
+    CHECK(special.out == "1\n");
+    const Run plain = run_cli("tokenize -m " + quote(vocab) + " -p '<s>'");
+    CHECK(plain.out != "1\n");
+  }
+}
+
+TEST_CASE("run, chat, perplexity and bench on the real model", "[cli][real_model]") {
+  const auto model = ember::test::real_model_path();
+  if (!std::filesystem::exists(model)) {
+    WARN("SKIPPED: the real model is not at " << model << "; run scripts/fetch-model.sh");
+    return;
+  }
+  const Run run = run_cli("run -m " + quote(model) + " -p 'The capital of France is' -n 8 --temp 0 -t 2");
+  CHECK(run.code == 0);
+  CHECK(run.out.rfind("The capital of France is", 0) == 0);
+
+  // Two turns from a pipe: two replies, one per line, then /exit. (The model is the
+  // base Gemma 3 270M, so the replies are not good answers; the format is what is checked.)
+  const Run chat = run_cli("chat -m " + quote(model) + " -n 12 --temp 0 -t 2", "Hello!\nName a colour.\n/exit\n");
+  CHECK(chat.code == 0);
+  CHECK(std::count(chat.out.begin(), chat.out.end(), '\n') >= 2);
+  CHECK(chat.out.find("\r") == std::string::npos);  // no progress bar when piped
+
+  const Run ppl = run_cli("perplexity -m " + quote(model) + " -f " + quote(ember::test::data_dir() / "gemma3" / "perplexity.txt") +
+                        " --ctx 256 --chunks 2 -t 2");
+  CHECK(ppl.code == 0);
+  CHECK_THAT(ppl.out, Catch::Matchers::Contains("perplexity: "));
+  CHECK_THAT(ppl.out, Catch::Matchers::Contains("2 chunks of 256 tokens, 254 tokens scored"));
+
+  const Run bench = run_cli("bench -m " + quote(model) + " -p 32 -n 4 -r 1 -t 2 --json");
+  CHECK(bench.code == 0);
+  for (const char* key : {"\"prefill_tokens_per_s\"", "\"decode_tokens_per_s\"", "\"threads\": 2", "\"model\""})
+    CHECK_THAT(bench.out, Catch::Matchers::Contains(key));
+}
