@@ -37,6 +37,26 @@ struct WeightKernels {
                    size_t activation_row_bytes, int n_x, float* out, size_t out_stride, int64_t n);
   // Dequantizes `n` values (embedding lookups).
   void (*dequantize)(const void* src, float* dst, int64_t n);
+  // The tile shape dot_tile runs at full speed (weight rows x activation rows); larger
+  // requests are covered with tiles of this shape, so callers pass multiples of it.
+  int tile_w;
+  int tile_x;
+
+  // Optional prefill path (all members null/0 where a level has none). Activation rows
+  // already in activation_type are repacked once per op into a layout private to the
+  // level, in which one register holds the same part of many blocks, so that the
+  // per-block float work is shared; dot_tile then takes packed rows. Pays off when the
+  // packing is reused by several weight rows, i.e. from about tile_x tokens up.
+  struct Packed {
+    size_t (*row_bytes)(int64_t n);  // bytes of one packed row of `n` values
+    // Packs one row of `n` values (activation_type) into `row_bytes(n)` bytes at `packed`.
+    void (*pack)(const void* activations, void* packed, int64_t n);
+    // As WeightKernels::dot_tile, with activation rows in the packed layout.
+    void (*dot_tile)(const void* weights, size_t weight_row_bytes, int n_w, const void* packed,
+                     size_t packed_row_bytes, int n_x, float* out, size_t out_stride, int64_t n);
+    int tile_w;
+    int tile_x;
+  } packed;
 };
 
 // Kernels of `weight_type` at level `isa`; throws unsupported for types without kernels.

@@ -1,0 +1,30 @@
+// AVX2 kernels of Q4_1 weights (x = d * q + m) with Q8_1 activations.
+#include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+struct Q4_1 {
+  static WtCodesMin load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ4_1);
+    return {nibbles_32(b + 4), half_at(b), half_at(b + 2)};
+  }
+};
+using Step = StepQ8_1<Q4_1>;
+
+void dequantize(const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const std::byte*>(src);
+  for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ4_1))
+    store_offset(dst + b * quant::kQK, nibbles_32(p + 4), half_at(p), half_at(p + 2));
+}
+
+constexpr int kTileW = 3, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ4_1 = {quant::DType::q4_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
+                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+
+}  // namespace ember::cpu::avx2

@@ -1,0 +1,33 @@
+// AVX2 kernels of Q5_0 weights (x = d * (q - 16), 5-bit q) with Q8_0 activations.
+#include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+inline __m256i codes(const std::byte* b) { return _mm256_or_si256(nibbles_32(b + 6), high_bits_32(load_u32(b + 2))); }
+
+struct Q5_0 {
+  static constexpr int kOffset = 16;
+  static WtCodes load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ5_0);
+    return {codes(b), _mm256_setzero_si256(), half_at(b)};
+  }
+};
+using Step = StepQ8_0<Q5_0>;
+
+void dequantize(const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const std::byte*>(src);
+  for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ5_0))
+    store_symmetric(dst + b * quant::kQK, codes(p), 16.0f, half_at(p));
+}
+
+constexpr int kTileW = 3, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
+                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+
+}  // namespace ember::cpu::avx2

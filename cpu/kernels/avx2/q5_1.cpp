@@ -1,0 +1,32 @@
+// AVX2 kernels of Q5_1 weights (x = d * q + m, 5-bit q) with Q8_1 activations.
+#include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+inline __m256i codes(const std::byte* b) { return _mm256_or_si256(nibbles_32(b + 8), high_bits_32(load_u32(b + 4))); }
+
+struct Q5_1 {
+  static WtCodesMin load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ5_1);
+    return {codes(b), half_at(b), half_at(b + 2)};
+  }
+};
+using Step = StepQ8_1<Q5_1>;
+
+void dequantize(const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const std::byte*>(src);
+  for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ5_1))
+    store_offset(dst + b * quant::kQK, codes(p), half_at(p), half_at(p + 2));
+}
+
+constexpr int kTileW = 3, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ5_1 = {quant::DType::q5_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
+                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+
+}  // namespace ember::cpu::avx2

@@ -1,0 +1,95 @@
+// AVX2 kernels of Q6_K weights with Q8_K activations (see blocks256.hpp).
+// Codes are used unsigned (0..63); the offset 32 is taken out once per super-block as
+// 32 * sum_j sc[j] * bsums[j].
+#include "cpu/kernels/avx2/blocks256.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+struct WtQ6_K {
+  __m256i q[8];   // codes of values 32k .. 32k + 31 (sub-blocks 2k, 2k + 1)
+  __m128i sc8;    // the 16 int8 scales
+  __m256i sc16;   // the same as int16
+  float d;
+};
+
+// Codes of a super-block, in value order (bit layout in lib/quant/blocks.hpp). The
+// 16-bit shifts move bits within each byte; what they carry across bytes is masked off.
+inline void unpack_codes(const std::byte* block, __m256i* q) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load256(block + 64 * h), l1 = load256(block + 64 * h + 32);
+    const __m256i hb = load256(block + 128 + 32 * h);
+    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, nibble), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, nibble), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), nibble), _mm256_and_si256(hb, bits45));
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), nibble),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
+  }
+}
+
+// int16 scales for chunk k: sc[2k] in the low 128-bit lane, sc[2k + 1] in the high one.
+inline __m256i chunk_scales(__m128i sc8, int k) {
+  const __m128i index = _mm_set_epi64x(0x0101010101010101ll * (2 * k + 1), 0x0101010101010101ll * (2 * k));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, index));
+}
+
+struct Step {
+  static constexpr int kStep = quant::kQKK;
+  using Act = ActQ8_K;
+  using Wt = WtQ6_K;
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static Act load_act(const std::byte* a, int64_t s) { return ActQ8_K::load(a, s); }
+  static Wt load_w(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ6_K);
+    Wt w;
+    w.d = half_at(b + offsetof(quant::BlockQ6_K, d));
+    w.sc8 = load128(b + offsetof(quant::BlockQ6_K, scales));
+    w.sc16 = _mm256_cvtepi8_epi16(w.sc8);
+    unpack_codes(b, w.q);
+    return w;
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(a.bsums, w.sc16), 5);
+    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+    for (int k = 0; k < 8; ++k)
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w.q[k], a.codes(k)), chunk_scales(w.sc8, k)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), _mm256_cvtepi32_ps(sum), acc);
+  }
+  static float reduce(const Acc& acc) { return hsum(acc); }
+  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
+
+void dequantize(const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const std::byte*>(src);
+  for (int64_t b = 0; b < n / quant::kQKK; ++b, p += sizeof(quant::BlockQ6_K)) {
+    const auto& blk = *reinterpret_cast<const quant::BlockQ6_K*>(p);
+    const float d = half(blk.d);
+    __m256i q[8];
+    unpack_codes(p, q);
+    for (int k = 0; k < 8; ++k) {
+      const __m128i halves[2] = {_mm256_castsi256_si128(q[k]), _mm256_extracti128_si256(q[k], 1)};
+      for (int h = 0; h < 2; ++h) {
+        // Reference order: (d * sc) * (q - 32).
+        const __m256 scale = _mm256_set1_ps(d * float(blk.scales[2 * k + h]));
+        for (int i = 0; i < 2; ++i) {
+          const __m256i wide = _mm256_cvtepu8_epi32(i ? _mm_srli_si128(halves[h], 8) : halves[h]);
+          const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(wide, _mm256_set1_epi32(32)));
+          _mm256_storeu_ps(dst + b * quant::kQKK + 32 * k + 16 * h + 8 * i, _mm256_mul_ps(scale, v));
+        }
+      }
+    }
+  }
+}
+
+constexpr int kTileW = 2, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
+                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+
+}  // namespace ember::cpu::avx2

@@ -1,0 +1,37 @@
+// AVX2 kernels of Q8_0 weights (x = d * q, signed q) with Q8_0 activations.
+#include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+struct Q8_0 {
+  static constexpr int kOffset = 0;
+  static WtCodes load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ8_0);
+    const __m256i q = load256(b + 2);
+    return {_mm256_abs_epi8(q), q, half_at(b)};
+  }
+};
+using Step = StepQ8_0<Q8_0>;
+
+void dequantize(const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const std::byte*>(src);
+  for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ8_0)) {
+    const __m256 d = _mm256_set1_ps(half_at(p));
+    for (int i = 0; i < 4; ++i) {
+      const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 2 + 8 * i))));
+      _mm256_storeu_ps(dst + b * quant::kQK + 8 * i, _mm256_mul_ps(d, v));
+    }
+  }
+}
+
+constexpr int kTileW = 3, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
+                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+
+}  // namespace ember::cpu::avx2

@@ -1,0 +1,102 @@
+// Helpers shared by the AVX2 kernels (compiled with -mavx2 -mfma -mf16c -mbmi2).
+// Internal linkage only: see cpu/kernels/tile.hpp.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "common/fp16.hpp"
+#include "cpu/kernels/kernels.hpp"
+#include "quant/blocks.hpp"
+
+namespace ember::cpu::avx2 {
+
+// Activation quantizers of this level (activations.cpp), bit-identical to lib/quant's.
+void quantize_q8_0(const float* x, void* dst, int64_t n);
+void quantize_q8_1(const float* x, void* dst, int64_t n);
+void quantize_q8_k(const float* x, void* dst, int64_t n);
+
+namespace {
+
+inline uint16_t load_u16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load_u32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float load_f32(const std::byte* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+// fp16 -> f32 with the F16C instruction (exact, as ember::fp16_to_fp32).
+inline float half(uint16_t h) { return _cvtsh_ss(h); }
+inline float half_at(const std::byte* p) { return half(load_u16(p)); }
+
+// Keeps a product from being fused into a following add (the dequantizers promise
+// the reference's two roundings).
+inline __m256 unfused(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
+inline __m256i load256(const std::byte* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i load128(const std::byte* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+// The 32 4-bit codes of a Q4_0-style block (16 bytes at p) in value order, one per byte.
+inline __m256i nibbles_32(const std::byte* p) {
+  const __m128i q = load128(p);
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+// 0x10 in byte i where bit i of `bits` is set.
+inline __m256i high_bits_32(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i select = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// Sum of adjacent pairs of int16, as int32.
+inline __m256i sum_pairs(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
+
+// Packs 32 int32 (four vectors, each in [-128, 127]) into 32 int8 in order.
+inline __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  const __m256i packed = _mm256_packs_epi16(ab, cd);
+  // The in-lane packs leave the groups of 4 values in the order a0 b0 c0 d0 a1 b1 c1 d1.
+  return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+}  // namespace
+}  // namespace ember::cpu::avx2

@@ -1,0 +1,116 @@
+// Run-time choice of the kernel level: CPU feature detection, the EMBER_CPU_ISA
+// override, and the per-level kernel tables.
+#include <array>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "common/fail.hpp"
+#include "cpu/kernels/kernels.hpp"
+#include "cpu/kernels/levels.hpp"
+
+namespace ember::cpu {
+namespace {
+
+// Features each level's files are compiled for (cpu/CMakeLists.txt).
+bool cpu_has_avx2() {
+#if defined(EMBER_X86)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+         __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512() {
+#if defined(EMBER_X86)
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+std::vector<Isa> detect() {
+  std::vector<Isa> isas{Isa::scalar};
+  if (cpu_has_avx2()) isas.push_back(Isa::avx2);
+  if (cpu_has_avx512()) isas.push_back(Isa::avx512);
+  return isas;
+}
+
+const std::vector<Isa>& detected() {
+  static const std::vector<Isa> isas = detect();
+  return isas;
+}
+
+bool available(Isa isa) {
+  for (Isa i : detected())
+    if (i == isa) return true;
+  return false;
+}
+
+template <size_t N>
+const WeightKernels* find(const std::array<const WeightKernels*, N>& table, quant::DType type) {
+  for (const WeightKernels* k : table)
+    if (k->weight_type == type) return k;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::span<const Isa> available_isas() { return detected(); }
+
+Isa best_isa() {
+  if (const char* forced = std::getenv("EMBER_CPU_ISA")) {
+    for (Isa isa : detected())
+      if (isa_name(isa) == std::string_view(forced)) return isa;
+  }
+  return detected().back();
+}
+
+const WeightKernels& weight_kernels(Isa isa, quant::DType type) {
+  if (!available(isa)) fail(ErrorCode::unsupported, "CPU kernels: this CPU cannot run the {} level", isa_name(isa));
+  const WeightKernels* found = nullptr;
+  switch (isa) {
+    case Isa::scalar: {
+      using namespace scalar;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+#if defined(EMBER_X86)
+    case Isa::avx2: {
+      using namespace avx2;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+    case Isa::avx512: {
+      using namespace avx512;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+#else
+    default: break;
+#endif
+  }
+  if (!found)
+    fail(ErrorCode::unsupported, "CPU kernels: no {} kernels for weight type {}", isa_name(isa),
+         quant::type_name(type));
+  return *found;
+}
+
+}  // namespace ember::cpu

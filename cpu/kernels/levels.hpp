@@ -1,0 +1,22 @@
+// The kernel tables of each ISA level (defined in scalar/, avx2/, avx512/), looked
+// up by dispatch.cpp. Plain constant objects: taking their address runs no code of
+// the level, so it is safe on CPUs that lack it.
+#pragma once
+
+#include "cpu/kernels/kernels.hpp"
+
+namespace ember::cpu {
+
+namespace scalar {
+extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
+}
+#if defined(EMBER_X86)
+namespace avx2 {
+extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
+}
+namespace avx512 {
+extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
+}
+#endif
+
+}  // namespace ember::cpu

@@ -1,0 +1,191 @@
+// The loops shared by every SIMD dot kernel, walking rows along in steps.
+//
+// A format plugs in a "step kernel" K (see avx2/*.cpp, avx512/*.cpp):
+//   K::kStep                     values consumed per step
+//   K::Act  K::load_act(a, s)    activation row `a`, step s: what every weight row reuses
+//   K::Wt   K::load_w(w, s)      weight row `w`, step s: unpacked once, reused by every token
+//   K::Acc  K::zero()
+//   void K::madd(Acc&, const Wt&, const Act&)
+//   float K::reduce(const Acc&)
+//   float K::tail(w, a, first, n) dot of values [first, n) (n not a multiple of kStep)
+//
+// tile_fixed: a register tile of NW weight rows x NX activation rows; each loaded
+// weight step serves NX tokens and each activation step NW rows (prefill).
+// rows_sequential: one activation row, weight rows one after another (decode).
+//
+// Everything here has internal linkage: this header is compiled once per ISA level
+// with different target flags, and instances must not be merged across levels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cpu {
+namespace {
+
+template <class K, int NW, int NX>
+void tile_fixed(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, float* out,
+                size_t out_stride, int64_t n) {
+  typename K::Acc acc[NW][NX];
+  for (int r = 0; r < NW; ++r)
+    for (int t = 0; t < NX; ++t) acc[r][t] = K::zero();
+  const int64_t steps = n / K::kStep;
+  for (int64_t s = 0; s < steps; ++s) {
+    typename K::Act act[NX];
+    for (int t = 0; t < NX; ++t) act[t] = K::load_act(a + size_t(t) * a_row_bytes, s);
+    for (int r = 0; r < NW; ++r) {
+      const typename K::Wt wt = K::load_w(w + size_t(r) * w_row_bytes, s);
+      for (int t = 0; t < NX; ++t) K::madd(acc[r][t], wt, act[t]);
+    }
+  }
+  const int64_t done = steps * K::kStep;
+  for (int r = 0; r < NW; ++r)
+    for (int t = 0; t < NX; ++t) {
+      float v = K::reduce(acc[r][t]);
+      if (done < n) v += K::tail(w + size_t(r) * w_row_bytes, a + size_t(t) * a_row_bytes, done, n);
+      out[size_t(t) * out_stride + size_t(r)] = v;
+    }
+}
+
+// Decode: weight rows one after another, each read once as a single sequential stream. Interleaving several rows (as tile_fixed does) makes the
+// hardware prefetchers follow several short streams and loses a large part of the
+// memory bandwidth that decode is bound by. The activation steps, which tile_fixed
+// would redo per group of NW rows, are prepared once per segment of the row into a
+// buffer on the stack and reused by every weight row.
+template <class K, int NX>
+void rows_sequential(const std::byte* w, size_t w_row_bytes, int n_w, const std::byte* a, size_t a_row_bytes,
+                     float* out, size_t out_stride, int64_t n) {
+  using Act = typename K::Act;
+  constexpr size_t kBufferBytes = 32 * 1024;  // on the stack; about L1
+  constexpr int64_t kSegment = int64_t(kBufferBytes / (sizeof(Act) * NX)) > 0 ? kBufferBytes / (sizeof(Act) * NX) : 1;
+  alignas(64) Act acts[kSegment * NX];
+  const int64_t steps = n / K::kStep;
+  for (int64_t s0 = 0; s0 == 0 || s0 < steps; s0 += kSegment) {
+    const int64_t s1 = steps < s0 + kSegment ? steps : s0 + kSegment;
+    for (int64_t s = s0; s < s1; ++s)
+      for (int t = 0; t < NX; ++t) acts[(s - s0) * NX + t] = K::load_act(a + size_t(t) * a_row_bytes, s);
+    for (int r = 0; r < n_w; ++r) {
+      const std::byte* wr = w + size_t(r) * w_row_bytes;
+      typename K::Acc acc[NX];
+      for (int t = 0; t < NX; ++t) acc[t] = K::zero();
+      for (int64_t s = s0; s < s1; ++s) {
+        const typename K::Wt wt = K::load_w(wr, s);
+        for (int t = 0; t < NX; ++t) K::madd(acc[t], wt, acts[(s - s0) * NX + t]);
+      }
+      for (int t = 0; t < NX; ++t) {
+        float& o = out[size_t(t) * out_stride + size_t(r)];
+        o = (s0 == 0 ? 0.0f : o) + K::reduce(acc[t]);
+      }
+    }
+  }
+  const int64_t done = steps * K::kStep;
+  if (done < n)
+    for (int r = 0; r < n_w; ++r)
+      for (int t = 0; t < NX; ++t)
+        out[size_t(t) * out_stride + size_t(r)] +=
+            K::tail(w + size_t(r) * w_row_bytes, a + size_t(t) * a_row_bytes, done, n);
+}
+
+using TileFn = void (*)(const std::byte*, size_t, const std::byte*, size_t, float*, size_t, int64_t);
+
+// Tile shapes of one kind of kernel, as class templates with a static run<NW, NX>.
+template <class K>
+struct PlainTile {
+  template <int NW, int NX>
+  static void run(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, float* out,
+                  size_t out_stride, int64_t n) {
+    tile_fixed<K, NW, NX>(w, w_row_bytes, a, a_row_bytes, out, out_stride, n);
+  }
+};
+
+// Packed rows: whole groups of KP::kStep values with the packed step kernel KP, the
+// rest (kept in the activation format at the end of each packed row) with KT.
+// KP::weight_bytes(v) and KP::packed_bytes(v) give the offsets of value v.
+template <class KP, class KT>
+struct PackedTile {
+  template <int NW, int NX>
+  static void run(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, float* out,
+                  size_t out_stride, int64_t n) {
+    const int64_t n_main = n / KP::kStep * KP::kStep;
+    tile_fixed<KP, NW, NX>(w, w_row_bytes, a, a_row_bytes, out, out_stride, n_main);
+    if (n_main == n) return;
+    float rest[NW * NX];
+    tile_fixed<KT, NW, NX>(w + KP::weight_bytes(n_main), w_row_bytes, a + KP::packed_bytes(n_main), a_row_bytes,
+                           rest, NW, n - n_main);
+    for (int t = 0; t < NX; ++t)
+      for (int r = 0; r < NW; ++r) out[size_t(t) * out_stride + size_t(r)] += rest[t * NW + r];
+  }
+};
+
+// Instances for every tile shape up to MW x MX, indexed [nw - 1][nx - 1].
+template <class T, int MW, int MX>
+struct TileTable {
+  TileFn fn[MW][MX];
+  constexpr TileTable() : fn{} { fill<1, 1>(); }
+  template <int NW, int NX>
+  constexpr void fill() {
+    fn[NW - 1][NX - 1] = &T::template run<NW, NX>;
+    if constexpr (NX < MX) {
+      fill<NW, NX + 1>();
+    } else if constexpr (NW < MW) {
+      fill<NW + 1, 1>();
+    }
+  }
+};
+
+// WeightKernels::dot_tile for any n_w x n_x: covers it with tiles of at most MW x MX.
+template <class T, int MW, int MX>
+void dot_tile_with(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                   int n_x, float* out, size_t out_stride, int64_t n) {
+  static constexpr TileTable<T, MW, MX> table;
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  for (int t = 0; t < n_x; t += MX) {
+    const int nx = n_x - t < MX ? n_x - t : MX;
+    for (int r = 0; r < n_w; r += MW) {
+      const int nw = n_w - r < MW ? n_w - r : MW;
+      table.fn[nw - 1][nx - 1](w + size_t(r) * w_row_bytes, w_row_bytes, a + size_t(t) * a_row_bytes, a_row_bytes,
+                               out + size_t(t) * out_stride + size_t(r), out_stride, n);
+    }
+  }
+}
+
+// WeightKernels::dot_tile: one activation row (decode) with rows_sequential<KSeq>,
+// several with register tiles of KTile. KSeq may keep more accumulators per row
+// (KTile's live NW x NX times in registers).
+template <class KSeq, class KTile, int MW, int MX>
+void dot_tile_split(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                    int n_x, float* out, size_t out_stride, int64_t n) {
+  if (n_x == 1) {
+    rows_sequential<KSeq, 1>(static_cast<const std::byte*>(weights), w_row_bytes, n_w,
+                             static_cast<const std::byte*>(activations), a_row_bytes, out, out_stride, n);
+    return;
+  }
+  dot_tile_with<PlainTile<KTile>, MW, MX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride,
+                                          n);
+}
+
+template <class K, int MW, int MX>
+void dot_tile(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+              int n_x, float* out, size_t out_stride, int64_t n) {
+  dot_tile_split<K, K, MW, MX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
+}
+
+template <class KP, class KT, int MW, int MX>
+void dot_tile_packed(const void* weights, size_t w_row_bytes, int n_w, const void* packed, size_t p_row_bytes,
+                     int n_x, float* out, size_t out_stride, int64_t n) {
+  dot_tile_with<PackedTile<KP, KT>, MW, MX>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride,
+                                            n);
+}
+
+// WeightKernels::dot: a 1 x 1 tile.
+template <class K>
+float dot(const void* weights, const void* activations, int64_t n) {
+  float out;
+  tile_fixed<K, 1, 1>(static_cast<const std::byte*>(weights), 0, static_cast<const std::byte*>(activations), 0,
+                      &out, 1, n);
+  return out;
+}
+
+}  // namespace
+}  // namespace ember::cpu

@@ -1,0 +1,128 @@
+// matmul on the CPU: out[t][o] = dot(weights[o], x[t]) (contract: lib/backend/ops/matmul.hpp).
+//
+// 1. Each row of x is converted once to the weights' activation format, into
+//    ctx.scratch (F32/F16/BF16 weights read x in place); for prefill, levels with a
+//    packed path (WeightKernels::packed) also repack it once.
+// 2. Threads take chunks of consecutive output rows (weight rows) from a shared
+//    counter, so each streams its own part of the matrix and a thread slowed down
+//    by another process leaves its share to the others. Decode (one token) reads the
+//    rows of a chunk one after another, a single sequential stream per thread (see
+//    rows_sequential in cpu/kernels/tile.hpp). Prefill multiplies the chunk with tiles
+//    of tokens (WeightKernels::dot_tile); the chunk is small enough to stay in L2
+//    while every token tile passes over it, so the matrix is read from memory once
+//    per op whatever the number of tokens.
+#include <algorithm>
+#include <atomic>
+#include <new>
+
+#include "common/fail.hpp"
+#include "cpu/ops/ops.hpp"
+#include "quant/quant.hpp"
+
+namespace ember::cpu {
+namespace {
+
+// Weight bytes per work chunk: for decode, large enough to amortize taking a chunk and
+// small enough to balance threads; for prefill, what stays in L2 across token tiles.
+constexpr size_t kDecodeChunkBytes = 256 * 1024;
+constexpr size_t kPrefillChunkBytes = 256 * 1024;
+// Token rows per dot_tile call in prefill (rounded down to a multiple of tile_x).
+constexpr int kTokenBlock = 24;
+// Scratch offset alignment of the converted activations.
+constexpr size_t kAlign = 64;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor& out) {
+  const WeightKernels& kernels = weight_kernels(ctx.isa, weights.type);
+  const int64_t n_out = weights.rows, n_in = weights.cols, n_tok = x.rows;
+  if (n_out == 0 || n_tok == 0) return;
+  if (n_in == 0) {
+    for (int64_t t = 0; t < n_tok; ++t) std::fill_n(out.row_ptr<float>(t), n_out, 0.0f);
+    return;
+  }
+  if (out.row_stride % sizeof(float) != 0)
+    fail(ErrorCode::invalid_argument, "matmul: out row stride {} is not a multiple of 4 bytes", out.row_stride);
+
+  // ---- 1. activations ----
+  const bool decode = n_tok <= kernels.tile_x;
+  const bool packed = !decode && kernels.packed.dot_tile != nullptr;
+  const std::byte* act = nullptr;
+  size_t act_row_bytes = 0;
+  if (kernels.activation_type == quant::DType::f32) {
+    if (x.row_stride % sizeof(float) != 0)
+      fail(ErrorCode::invalid_argument, "matmul: x row stride {} is not a multiple of 4 bytes", x.row_stride);
+    act = x.row_ptr(0);
+    act_row_bytes = x.row_stride;
+  } else {
+    // Converted rows, then (prefill with a packed path) their packed form after them.
+    const size_t quant_row_bytes = quant::row_bytes(kernels.activation_type, n_in);
+    const size_t packed_row_bytes = packed ? kernels.packed.row_bytes(n_in) : 0;
+    const size_t quant_bytes = round_up(int64_t(n_tok) * int64_t(quant_row_bytes), kAlign);
+    const size_t needed = quant_bytes + size_t(n_tok) * packed_row_bytes + kAlign;
+    if (ctx.scratch.size() < needed) {
+      try {
+        ctx.scratch.resize(needed);
+      } catch (const std::bad_alloc&) {
+        fail(ErrorCode::out_of_memory, "matmul: {} bytes of scratch for {} activation rows", needed, n_tok);
+      }
+    }
+    std::byte* base = ctx.scratch.data();
+    base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    std::byte* packed_base = base + quant_bytes;
+    const auto convert = [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        std::byte* row = base + size_t(t) * quant_row_bytes;
+        kernels.quantize_activations(x.row_ptr<const float>(t), row, n_in);
+        if (packed) kernels.packed.pack(row, packed_base + size_t(t) * packed_row_bytes, n_in);
+      }
+    };
+    if (n_tok == 1) {
+      convert(0, 1);
+    } else {
+      ctx.pool.parallel_for(n_tok, convert);
+    }
+    act = packed ? packed_base : base;
+    act_row_bytes = packed ? packed_row_bytes : quant_row_bytes;
+  }
+
+  // ---- 2. dot products over chunks of weight rows ----
+  const auto dot_tile = packed ? kernels.packed.dot_tile : kernels.dot_tile;
+  const int tile_w = std::max(1, packed ? kernels.packed.tile_w : kernels.tile_w);
+  const int tile_x = std::max(1, packed ? kernels.packed.tile_x : kernels.tile_x);
+  const std::byte* w = weights.row_ptr(0);
+  const size_t w_row_bytes = weights.row_stride;
+  float* dst = out.row_ptr<float>(0);
+  const size_t out_stride = out.row_stride / sizeof(float);
+  const size_t chunk_bytes = decode ? kDecodeChunkBytes : kPrefillChunkBytes;
+  const int n_threads = ctx.pool.size();
+  // Rows per chunk: a multiple of the tile height, at least ~4 chunks per thread.
+  int64_t chunk_rows = std::max<int64_t>(1, int64_t(chunk_bytes / std::max<size_t>(1, w_row_bytes)));
+  chunk_rows = std::min(chunk_rows, (n_out + 4 * n_threads - 1) / (4 * n_threads));
+  chunk_rows = round_up(std::max<int64_t>(chunk_rows, 1), tile_w);
+  const int64_t n_chunks = (n_out + chunk_rows - 1) / chunk_rows;
+  const int token_block = decode ? int(n_tok) : std::max(tile_x, kTokenBlock / tile_x * tile_x);
+
+  std::atomic<int64_t> next{0};
+  const auto work = [&](int, int) {
+    for (int64_t chunk = next.fetch_add(1, std::memory_order_relaxed); chunk < n_chunks;
+         chunk = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t r0 = chunk * chunk_rows;
+      const int rows = int(std::min(chunk_rows, n_out - r0));
+      for (int64_t t0 = 0; t0 < n_tok; t0 += token_block) {
+        const int toks = int(std::min<int64_t>(token_block, n_tok - t0));
+        dot_tile(w + size_t(r0) * w_row_bytes, w_row_bytes, rows, act + size_t(t0) * act_row_bytes, act_row_bytes,
+                 toks, dst + size_t(t0) * out_stride + size_t(r0), out_stride, n_in);
+      }
+    }
+  };
+  if (n_threads == 1 || n_chunks == 1) {
+    work(0, 1);
+  } else {
+    ctx.pool.run(work);
+  }
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,68 @@
+// Q4_K: super-blocks of 256 values in 8 sub-blocks of 32;
+// x = d * sc[j] * q - dmin * mn[j], q in [0, 16), 6-bit sc and mn, fp16 d and dmin.
+// Activations: Q8_K (its bsums give the min term per pair of 16-value groups).
+#include <algorithm>
+#include <cmath>
+
+#include "quant/blocks.hpp"
+#include "quant/formats.hpp"
+#include "quant/k_quantize.hpp"
+
+namespace ember::quant::ref {
+
+void dequantize_q4_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(src);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockQ4_K& blk = blocks[b];
+    const float d = load_fp16(blk.d), dmin = load_fp16(blk.dmin);
+    const KScales s = unpack_k_scales(blk.scales);
+    float* y = dst + b * kQKK;
+    for (int j = 0; j < 8; ++j) {
+      const float scale = d * float(s.sc[j]), offset = dmin * float(s.mn[j]);
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) y[32 * j + l] = mul_then_add(scale, float((qs[l] >> shift) & 15), -offset);
+    }
+  }
+}
+
+// Simple nearest-rounding quantizer (not ggml's iterative search): see k_quantize.hpp.
+void quantize_q4_k(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_K*>(dst);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    BlockQ4_K& blk = blocks[b];
+    uint8_t q[kQKK];
+    const KQuantized k = quantize_k_offset(src + b * kQKK, 15, q);
+    blk.d = k.d;
+    blk.dmin = k.dmin;
+    pack_k_scales(k.sc, k.mn, blk.scales);
+    for (int g = 0; g < 4; ++g)
+      for (int l = 0; l < 32; ++l) blk.qs[32 * g + l] = uint8_t(q[64 * g + l] | (q[64 * g + 32 + l] << 4));
+  }
+}
+
+// Per super-block: (fp16(d) * d_a) * sum_j sc[j] * sum(q * q_a) - (fp16(dmin) * d_a) * sum_j mn[j] * (bsums[2j] + bsums[2j + 1]).
+float dot_q4_k(const void* w, const void* a_q8_k, int64_t n) {
+  const auto* wb = static_cast<const BlockQ4_K*>(w);
+  const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockQ4_K& blk = wb[b];
+    const BlockQ8_K& act = ab[b];
+    const KScales s = unpack_k_scales(blk.scales);
+    int32_t sumi = 0, summ = 0;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      int32_t part = 0;
+      for (int l = 0; l < 32; ++l) part += ((qs[l] >> shift) & 15) * int32_t(act.qs[32 * j + l]);
+      sumi += int32_t(s.sc[j]) * part;
+      summ += int32_t(s.mn[j]) * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
+    }
+    const float d = load_fp16(blk.d) * act.d, dmin = load_fp16(blk.dmin) * act.d;
+    sum += d * float(sumi) - dmin * float(summ);
+  }
+  return float(sum);
+}
+
+}  // namespace ember::quant::ref

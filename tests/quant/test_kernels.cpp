@@ -1,0 +1,251 @@
+// Every CPU kernel level against lib/quant, for every weight type:
+//   quantize_activations  bit-exact (same codes, same scale bits)
+//   dequantize            bit-exact
+//   dot, dot_tile         within kSummationTolerance (float summation order only)
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "cpu/kernels/kernels.hpp"
+#include "ember/error.hpp"
+#include "quant/helpers.hpp"
+
+namespace quant = ember::quant;
+namespace test = ember::test;
+using ember::cpu::Isa;
+using quant::DType;
+
+namespace {
+
+std::string label(Isa isa, DType type, int64_t n) {
+  return std::string(ember::cpu::isa_name(isa)) + " " + std::string(quant::type_name(type)) + " n=" +
+         std::to_string(n);
+}
+
+}  // namespace
+
+TEST_CASE("ISA detection", "[kernels]") {
+  const auto isas = ember::cpu::available_isas();
+  REQUIRE(!isas.empty());
+  CHECK(isas.front() == Isa::scalar);
+  CHECK(ember::cpu::isa_name(Isa::avx512) == "avx512");
+#if defined(__x86_64__)
+  // The machines ember is developed and tested on have AVX2.
+  CHECK(isas.size() >= 2);
+#endif
+
+  const char* saved = std::getenv("EMBER_CPU_ISA");
+  const std::string saved_value = saved ? saved : "";
+  setenv("EMBER_CPU_ISA", "scalar", 1);
+  CHECK(ember::cpu::best_isa() == Isa::scalar);
+  setenv("EMBER_CPU_ISA", "no-such-level", 1);
+  CHECK(ember::cpu::best_isa() == isas.back());
+  if (saved) {
+    setenv("EMBER_CPU_ISA", saved_value.c_str(), 1);
+  } else {
+    unsetenv("EMBER_CPU_ISA");
+  }
+}
+
+TEST_CASE("kernel tables cover every weight type and report missing ones", "[kernels]") {
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      CHECK(k.weight_type == type);
+      CHECK(k.activation_type == quant::activation_type(type));
+      CHECK(k.tile_w >= 1);
+      CHECK(k.tile_x >= 1);
+    }
+    try {
+      ember::cpu::weight_kernels(isa, DType::q2_k);
+      FAIL("no exception");
+    } catch (const ember::Error& e) {
+      CHECK(e.code() == ember::ErrorCode::unsupported);
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("Q2_K"));
+    }
+  }
+}
+
+TEST_CASE("quantize_activations is bit-exact with lib/quant", "[kernels]") {
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      for (int64_t n : test::test_lengths(type)) {
+        INFO(label(isa, type, n));
+        auto x = test::random_values(n, 31 + uint32_t(n));
+        // Exact ties of the rounding rules: the largest magnitude of the first block
+        // (32 or 256 values) is 127 * 2^-3, so these values land on halves of the code grid.
+        if (n >= 32) {
+          x[0] = 127.0f / 8;
+          x[1] = 2.5f / 8;
+          x[2] = -3.5f / 8;
+          x[3] = 0.5f / 8;
+          for (int64_t i = 4; i < std::min<int64_t>(n, 256); ++i) x[size_t(i)] = std::fmod(x[size_t(i)], 1.0f);
+        }
+        const auto expected = test::quantize(k.activation_type, x);
+        std::vector<std::byte> got(expected.size(), std::byte{0x5a});
+        k.quantize_activations(x.data(), got.data(), n);
+        CHECK(std::memcmp(got.data(), expected.data(), expected.size()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("dequantize kernels are bit-exact with lib/quant", "[kernels]") {
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      for (int64_t n : test::test_lengths(type)) {
+        INFO(label(isa, type, n));
+        const auto w = test::quantize(type, test::random_values(n, 77 + uint32_t(n)));
+        const auto expected = test::dequantize(type, w.data(), n);
+        std::vector<float> got(size_t(n), -1.0f);
+        k.dequantize(w.data(), got.data(), n);
+        CHECK(std::memcmp(got.data(), expected.data(), size_t(n) * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("dot kernels agree with quant::dot_row", "[kernels]") {
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      for (int64_t n : test::test_lengths(type)) {
+        INFO(label(isa, type, n));
+        const auto w = test::quantize(type, test::random_values(n, 1000 + uint32_t(n)));
+        const auto a = test::quantize(k.activation_type, test::random_values(n, 2000 + uint32_t(n)));
+        const double expected = quant::dot_row(type, w.data(), a.data(), n);
+        const double tol = test::kSummationTolerance * test::dot_magnitude(type, w.data(), a.data(), n);
+        const double got = k.dot(w.data(), a.data(), n);
+        CHECK(std::fabs(got - expected) <= tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("dot_tile agrees with quant::dot_row and writes only its tile", "[kernels]") {
+  // 7 weight rows x 5 activation rows: full and partial register tiles of every level;
+  // 7 x 1: the single-row (decode) path. Rows are spaced by more than their size,
+  // outputs by a wider stride.
+  const int n_w = 7;
+  const size_t out_stride = 11;
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      for (int64_t n : test::test_lengths(type)) for (int n_x : {5, 1}) {
+        INFO(label(isa, type, n) << " n_x=" << n_x);
+        const size_t w_row = quant::row_bytes(type, n) + 64, a_row = quant::row_bytes(k.activation_type, n) + 32;
+        std::vector<std::byte> w(w_row * n_w), a(a_row * n_x);
+        for (int r = 0; r < n_w; ++r) {
+          const auto row = test::quantize(type, test::random_values(n, 3000 + uint32_t(r * 17 + n)));
+          std::memcpy(w.data() + r * w_row, row.data(), row.size());
+        }
+        for (int t = 0; t < n_x; ++t) {
+          const auto row = test::quantize(k.activation_type, test::random_values(n, 4000 + uint32_t(t * 13 + n)));
+          std::memcpy(a.data() + t * a_row, row.data(), row.size());
+        }
+        const float sentinel = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> out(out_stride * n_x + 3, sentinel);
+        k.dot_tile(w.data(), w_row, n_w, a.data(), a_row, n_x, out.data(), out_stride, n);
+        for (int t = 0; t < n_x; ++t) {
+          for (int r = 0; r < n_w; ++r) {
+            const std::byte* wr = w.data() + r * w_row;
+            const std::byte* ar = a.data() + t * a_row;
+            const double expected = quant::dot_row(type, wr, ar, n);
+            const double tol = test::kSummationTolerance * test::dot_magnitude(type, wr, ar, n);
+            CHECK(std::fabs(double(out[t * out_stride + size_t(r)]) - expected) <= tol);
+          }
+          for (size_t c = size_t(n_w); c < out_stride && t * out_stride + c < out.size(); ++c)
+            CHECK(std::isnan(out[t * out_stride + c]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("packed prefill kernels agree with quant::dot_row", "[kernels][packed]") {
+  // Lengths with whole packed steps, remainders (whole and odd block counts), and none.
+  const int n_w = 7, n_x = 5;
+  const size_t out_stride = 9;
+  int tested = 0;
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      if (!k.packed.dot_tile) continue;
+      REQUIRE(k.packed.row_bytes);
+      REQUIRE(k.packed.pack);
+      CHECK(k.packed.tile_w >= 1);
+      CHECK(k.packed.tile_x >= 1);
+      ++tested;
+      const bool k_format = quant::type_info(type).block_elems == 256;
+      const std::vector<int64_t> lengths = k_format ? std::vector<int64_t>{256, 512, 768, 2048 + 256, 4096}
+                                                    : std::vector<int64_t>{32, 96, 512, 1024 + 96, 1024 + 64, 4096};
+      for (int64_t n : lengths) {
+        INFO(label(isa, type, n));
+        const size_t w_row = quant::row_bytes(type, n) + 8, p_row = k.packed.row_bytes(n) + 24;
+        std::vector<std::byte> w(w_row * n_w), a(quant::row_bytes(k.activation_type, n) * n_x), p(p_row * n_x);
+        for (int r = 0; r < n_w; ++r) {
+          const auto row = test::quantize(type, test::random_values(n, 5000 + uint32_t(r * 31 + n)));
+          std::memcpy(w.data() + r * w_row, row.data(), row.size());
+        }
+        const size_t a_row = quant::row_bytes(k.activation_type, n);
+        for (int t = 0; t < n_x; ++t) {
+          k.quantize_activations(test::random_values(n, 6000 + uint32_t(t * 7 + n)).data(), a.data() + t * a_row, n);
+          k.packed.pack(a.data() + t * a_row, p.data() + t * p_row, n);
+        }
+        std::vector<float> out(out_stride * n_x, std::numeric_limits<float>::quiet_NaN());
+        k.packed.dot_tile(w.data(), w_row, n_w, p.data(), p_row, n_x, out.data(), out_stride, n);
+        for (int t = 0; t < n_x; ++t) {
+          for (int r = 0; r < n_w; ++r) {
+            const std::byte* wr = w.data() + r * w_row;
+            const std::byte* ar = a.data() + t * a_row;
+            const double expected = quant::dot_row(type, wr, ar, n);
+            const double tol = test::kSummationTolerance * test::dot_magnitude(type, wr, ar, n);
+            CHECK(std::fabs(double(out[t * out_stride + size_t(r)]) - expected) <= tol);
+          }
+          CHECK(std::isnan(out[t * out_stride + size_t(n_w)]));
+        }
+      }
+    }
+  }
+  // The AVX-512 level has a packed path for the 32-value and the super-block formats.
+  bool has_avx512 = false;
+  for (Isa isa : ember::cpu::available_isas()) has_avx512 |= isa == Isa::avx512;
+  if (has_avx512) CHECK(tested >= 8);
+}
+
+TEST_CASE("dot_tile over one activation row streams long rows in segments", "[kernels]") {
+  // n = 32768 + 96: the decode path's activation buffer holds only part of the row for
+  // every format, so partial sums of several segments are added (and a tail for the
+  // 32-value formats' two-block steps).
+  const int n_w = 3;
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      const int64_t block = quant::type_info(type).block_elems;
+      const int64_t n = block == 256 ? 32768 + 512 : 32768 + 96;
+      INFO(label(isa, type, n));
+      const size_t w_row = quant::row_bytes(type, n);
+      std::vector<std::byte> w(w_row * n_w);
+      for (int r = 0; r < n_w; ++r) {
+        const auto row = test::quantize(type, test::random_values(n, 7000 + uint32_t(r)));
+        std::memcpy(w.data() + r * w_row, row.data(), row.size());
+      }
+      const auto a = test::quantize(k.activation_type, test::random_values(n, 8000));
+      float out[n_w];
+      k.dot_tile(w.data(), w_row, n_w, a.data(), a.size(), 1, out, 1, n);
+      for (int r = 0; r < n_w; ++r) {
+        const std::byte* wr = w.data() + r * w_row;
+        const double expected = quant::dot_row(type, wr, a.data(), n);
+        CHECK(std::fabs(double(out[r]) - expected) <=
+              test::kSummationTolerance * test::dot_magnitude(type, wr, a.data(), n));
+      }
+    }
+  }
+}

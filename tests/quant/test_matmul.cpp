@@ -1,0 +1,181 @@
+// cpu::matmul and cpu::get_rows against naive loops over lib/quant, with real thread
+// pools of 1 and 3 threads, every kernel level, strided x and out.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/host_buffer.hpp"
+#include "common/catch.hpp"
+#include "cpu/ops/ops.hpp"
+#include "ember/error.hpp"
+#include "quant/helpers.hpp"
+
+namespace quant = ember::quant;
+namespace test = ember::test;
+using ember::backend::HostBuffer;
+using ember::backend::Tensor;
+using ember::cpu::Isa;
+using ember::cpu::OpContext;
+using ember::cpu::ThreadPool;
+using quant::DType;
+
+namespace {
+
+// A [rows, cols] tensor of `type` with `pad` extra bytes after each row, in its own buffer.
+struct OwnedTensor {
+  std::unique_ptr<HostBuffer> buffer;
+  Tensor tensor;
+  OwnedTensor(DType type, int64_t rows, int64_t cols, size_t pad = 0) {
+    const size_t row = quant::row_bytes(type, cols) + pad;
+    buffer = std::make_unique<HostBuffer>(row * size_t(rows) + 1);
+    tensor.buffer = buffer.get();
+    tensor.type = type;
+    tensor.rows = rows;
+    tensor.cols = cols;
+    tensor.row_stride = row;
+  }
+};
+
+OwnedTensor random_weights(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  OwnedTensor w(type, rows, cols);
+  const auto values = test::random_values(rows * cols, seed);
+  for (int64_t r = 0; r < rows; ++r) quant::quantize_row(type, values.data() + r * cols, w.tensor.row_ptr(r), cols);
+  return w;
+}
+
+struct Shape {
+  int64_t n_out, n_in, n_tok;
+};
+
+void check_matmul(ThreadPool& pool, Isa isa, DType type, const Shape& s) {
+  INFO(ember::cpu::isa_name(isa) << " " << quant::type_name(type) << " threads=" << pool.size() << " [" << s.n_out
+                                 << ", " << s.n_in << "] x " << s.n_tok);
+  const OwnedTensor w = random_weights(type, s.n_out, s.n_in, uint32_t(s.n_out * 7 + s.n_in));
+  // x and out with row strides larger than their rows.
+  OwnedTensor x(DType::f32, s.n_tok, s.n_in, 48);
+  OwnedTensor out(DType::f32, s.n_tok, s.n_out, 20);
+  const auto xv = test::random_values(s.n_tok * s.n_in, uint32_t(s.n_tok + 5));
+  for (int64_t t = 0; t < s.n_tok; ++t) std::memcpy(x.tensor.row_ptr(t), xv.data() + t * s.n_in, s.n_in * 4);
+  std::memset(out.buffer->host_data(), 0xff, out.buffer->size());  // NaN everywhere
+
+  std::vector<std::byte> scratch;
+  OpContext ctx{pool, isa, scratch, {}};
+  ember::cpu::matmul(ctx, w.tensor, x.tensor, out.tensor);
+
+  const DType act = quant::activation_type(type);
+  std::vector<std::byte> a(quant::row_bytes(act, s.n_in));
+  int64_t bad = 0;
+  for (int64_t t = 0; t < s.n_tok; ++t) {
+    quant::quantize_row(act, x.tensor.row_ptr<const float>(t), a.data(), s.n_in);
+    const float* got = out.tensor.row_ptr<const float>(t);
+    for (int64_t o = 0; o < s.n_out; ++o) {
+      const std::byte* wr = w.tensor.row_ptr(o);
+      const double expected = quant::dot_row(type, wr, a.data(), s.n_in);
+      const double tol = test::kSummationTolerance * test::dot_magnitude(type, wr, a.data(), s.n_in);
+      if (!(std::fabs(double(got[o]) - expected) <= tol)) {
+        if (bad++ < 3) FAIL_CHECK("out[" << t << "][" << o << "] = " << got[o] << ", expected " << expected);
+      }
+    }
+    // The padding after each output row is untouched.
+    if (t + 1 < s.n_tok) {
+      uint32_t pad_bits;
+      std::memcpy(&pad_bits, out.tensor.row_ptr<const float>(t) + s.n_out, 4);
+      CHECK(pad_bits == 0xffffffffu);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cpu::matmul matches dot_row for every type, level and thread count", "[matmul]") {
+  ThreadPool pool1(1), pool3(3);
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const bool k_format = quant::type_info(type).block_elems == 256;
+      // n_in 288 = 9 blocks: an odd block count (tails of two-block steps).
+      // n_in 1120 = 2 packed groups of 16 blocks + 3 blocks (prefill remainder path).
+      const std::vector<Shape> shapes = {{64, 256, 1},   {100, k_format ? 512 : 288, 3}, {257, 1024, 17},
+                                         {1000, 2048, 1}, {40, k_format ? 1280 : 1120, 9}};
+      for (const Shape& s : shapes) {
+        // The scalar level is slow on large shapes; one thread count is enough there.
+        if (isa == Isa::scalar && s.n_out * s.n_in > 300000) continue;
+        check_matmul(pool1, isa, type, s);
+        check_matmul(pool3, isa, type, s);
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu::matmul with many tokens uses tiles over tokens", "[matmul]") {
+  ThreadPool pool(2);
+  const Isa isa = ember::cpu::available_isas().back();
+  for (DType type : {DType::q4_k, DType::q8_0, DType::f16})
+    check_matmul(pool, isa, type, {96, 512, 64});
+}
+
+TEST_CASE("cpu::get_rows dequantizes the selected rows", "[get_rows]") {
+  ThreadPool pool(3);
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      INFO(ember::cpu::isa_name(isa) << " " << quant::type_name(type));
+      const int64_t rows = 40, cols = 512;
+      const OwnedTensor table = random_weights(type, rows, cols, 4242);
+      // 300 ids x 512 values: enough to run on several threads.
+      const int64_t n = 300;
+      OwnedTensor ids(DType::i32, n, 1, 4);  // strided ids
+      for (int64_t i = 0; i < n; ++i) *ids.tensor.row_ptr<int32_t>(i) = int32_t((i * 7 + 3) % rows);
+      OwnedTensor out(DType::f32, n, cols, 8);
+      std::vector<std::byte> scratch;
+      OpContext ctx{pool, isa, scratch, {}};
+      ember::cpu::get_rows(ctx, table.tensor, ids.tensor, out.tensor);
+      std::vector<float> expected(static_cast<size_t>(cols));
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        quant::dequantize_row(type, table.tensor.row_ptr((i * 7 + 3) % rows), expected.data(), cols);
+        if (std::memcmp(out.tensor.row_ptr(i), expected.data(), cols * 4) != 0) ++mismatches;
+      }
+      CHECK(mismatches == 0);
+    }
+  }
+}
+
+TEST_CASE("cpu::get_rows rejects ids outside the table", "[get_rows][errors]") {
+  ThreadPool pool(1);
+  const OwnedTensor table = random_weights(DType::q8_0, 10, 64, 1);
+  OwnedTensor ids(DType::i32, 3, 1);
+  *ids.tensor.row_ptr<int32_t>(0) = 1;
+  *ids.tensor.row_ptr<int32_t>(1) = 10;
+  *ids.tensor.row_ptr<int32_t>(2) = 2;
+  OwnedTensor out(DType::f32, 3, 64);
+  std::memset(out.buffer->host_data(), 0, out.buffer->size());
+  std::vector<std::byte> scratch;
+  OpContext ctx{pool, ember::cpu::best_isa(), scratch, {}};
+  try {
+    ember::cpu::get_rows(ctx, table.tensor, ids.tensor, out.tensor);
+    FAIL("no exception");
+  } catch (const ember::Error& e) {
+    CHECK(e.code() == ember::ErrorCode::invalid_argument);
+    CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("id 10 at position 1"));
+  }
+  // Nothing was written before the check failed.
+  CHECK(*out.tensor.row_ptr<float>(0) == 0.0f);
+}
+
+TEST_CASE("cpu::matmul rejects weight types without kernels", "[matmul][errors]") {
+  ThreadPool pool(1);
+  OwnedTensor w(DType::q2_k, 4, 256);
+  OwnedTensor x(DType::f32, 1, 256);
+  OwnedTensor out(DType::f32, 1, 4);
+  std::vector<std::byte> scratch;
+  OpContext ctx{pool, ember::cpu::best_isa(), scratch, {}};
+  try {
+    ember::cpu::matmul(ctx, w.tensor, x.tensor, out.tensor);
+    FAIL("no exception");
+  } catch (const ember::Error& e) {
+    CHECK(e.code() == ember::ErrorCode::unsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("Q2_K"));
+  }
+}
