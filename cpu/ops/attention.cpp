@@ -1,10 +1,16 @@
-// Attention over the paged KV cache on the CPU.
+// Attention over the paged KV cache on the CPU, in two schedules.
 //
-// Work items are (query token, kv head) pairs spread over the pool. For each, the
-// visible cache slots are listed once; then every query head of the group scores
-// each key row while it is in L1, a max-subtracted softmax follows, and the value
-// rows are accumulated in the same slot order. K/V rows are F16 or F32; the inner
-// products use F16C + FMA (AVX2) or AVX-512 when the backend's level allows.
+// Few query tokens of a sequence (decode): work items are (query token, kv head)
+// pairs spread over the pool. For each, the visible cache slots are listed once;
+// then every query head of the group scores each key row while it is in L1, a
+// max-subtracted softmax follows, and the value rows are accumulated in the same
+// slot order. K/V rows are F16 or F32; the inner products use F16C + FMA (AVX2)
+// or AVX-512 when the backend's level allows.
+//
+// Many query tokens of a sequence (prefill): the sequence's keys and values of
+// each kv head are converted to f32 matrices once, and blocks of query rows
+// (tokens x heads of the group) become two GEMMs, scores = Q K^T and out = P V,
+// with the causal / sliding-window mask and the softmax in between.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +18,7 @@
 
 #include "common/fail.hpp"
 #include "common/fp16.hpp"
+#include "cpu/kernels/gemm_f32.hpp"
 #include "cpu/ops/ops.hpp"
 #include "cpu/ops/vec_math.hpp"
 
@@ -137,92 +144,226 @@ EMBER_VECTORIZE float softmax_in_place(float* s, int64_t n, float max_score) {
   return total;
 }
 
-}  // namespace
 
-void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-               const backend::AttentionParams& p, const Tensor& out) {
+// Sequences with at least this many query tokens in the batch use the GEMM schedule.
+constexpr int64_t kBlockedMinTokens = 8;
+// Query tokens per GEMM task.
+constexpr int64_t kQueryBlock = 32;
+
+// Host views of the index tensors, read once per op.
+struct Tables {
+  const int32_t* token_pos;
+  const int32_t* token_seq;
+  const int32_t* seq_cells;
+  const int32_t* slot_pos;
+  const int32_t* page_table;
+  int64_t pages_per_row;
+  int page_tokens;
+  int64_t slot_of(int32_t seq, int32_t cell) const {
+    return int64_t(page_table[seq * pages_per_row + cell / page_tokens]) * page_tokens + cell % page_tokens;
+  }
+};
+
+bool visible(int32_t query_pos, int32_t kv_pos, int window) {
+  return kv_pos >= 0 && kv_pos <= query_pos && (window <= 0 || query_pos - kv_pos < window);
+}
+
+float to_f32(const Tensor& cache, int64_t slot, int64_t col) {
+  return cache.type == backend::DType::f16 ? fp16_to_fp32(cache.row_ptr<uint16_t>(slot)[col])
+                                           : cache.row_ptr<float>(slot)[col];
+}
+
+// The decode schedule for the tokens in `tokens`.
+void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                      const backend::AttentionParams& p, const Tables& tab, const std::vector<int64_t>& tokens,
+                      const Tensor& out) {
   const int group = p.n_head / p.n_head_kv;
   const bool f16 = k_cache.type == backend::DType::f16;
   const RowKernels kernels = row_kernels(ctx.isa);
   const int hd = p.head_dim;
+  const std::byte* k_base = k_cache.row_ptr(0);
+  const std::byte* v_base = v_cache.row_ptr(0);
+  const std::byte* q_base = q.row_ptr(0);
+  std::byte* out_base = out.row_ptr(0);
 
-  // Validate the tables once, on the caller's thread, so workers cannot throw.
-  for (int64_t t = 0; t < q.rows; ++t) {
-    const int32_t seq = *p.token_seq.row_ptr<int32_t>(t);
-    if (seq < 0 || seq >= p.page_table.rows)
-      fail(ErrorCode::invalid_argument, "attention: token {} has sequence row {} outside [0, {})", t, seq,
-           p.page_table.rows);
-  }
-  for (int64_t s = 0; s < p.page_table.rows; ++s) {
-    const int32_t n_cells = *p.seq_cells.row_ptr<int32_t>(s);
-    if (n_cells < 0 || n_cells > p.page_table.cols * p.page_tokens)
-      fail(ErrorCode::invalid_argument, "attention: sequence row {} has {} cells, more than its page table holds", s,
-           n_cells);
-    const int32_t* pages = p.page_table.row_ptr<int32_t>(s);
-    for (int32_t pg = 0; pg < (n_cells + p.page_tokens - 1) / p.page_tokens; ++pg)
-      if (pages[pg] < 0 || int64_t(pages[pg] + 1) * p.page_tokens > k_cache.rows)
-        fail(ErrorCode::invalid_argument, "attention: page {} of sequence row {} is outside the cache", pages[pg], s);
-  }
-
-  const int64_t n_items = q.rows * p.n_head_kv;
+  const int64_t n_items = int64_t(tokens.size()) * p.n_head_kv;
   ctx.pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> slots;
     std::vector<float> scores;
-    std::vector<float> acc(size_t(group) * hd);
+    std::vector<float> acc(static_cast<size_t>(group) * hd), inv_total(static_cast<size_t>(group));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / p.n_head_kv;
+      const int64_t t = tokens[size_t(item / p.n_head_kv)];
       const int kv_head = int(item % p.n_head_kv);
-      const int32_t pos = *p.token_pos.row_ptr<int32_t>(t);
-      const int32_t seq = *p.token_seq.row_ptr<int32_t>(t);
-      const int32_t n_cells = *p.seq_cells.row_ptr<int32_t>(seq);
-      const int32_t* pages = p.page_table.row_ptr<int32_t>(seq);
+      const int32_t pos = tab.token_pos[t];
+      const int32_t seq = tab.token_seq[t];
       slots.clear();
-      for (int32_t c = 0; c < n_cells; ++c) {
-        const int64_t slot = int64_t(pages[c / p.page_tokens]) * p.page_tokens + c % p.page_tokens;
-        const int32_t kv_pos = *p.slot_pos.row_ptr<int32_t>(slot);
-        if (kv_pos < 0 || kv_pos > pos) continue;
-        if (p.window > 0 && pos - kv_pos >= p.window) continue;
-        slots.push_back(slot);
+      for (int32_t c = 0; c < tab.seq_cells[seq]; ++c) {
+        const int64_t slot = tab.slot_of(seq, c);
+        if (visible(pos, tab.slot_pos[slot], p.window)) slots.push_back(slot);
       }
       const int64_t n = int64_t(slots.size());
       const int64_t kv_col = int64_t(kv_head) * hd;
+      const auto* q_row = reinterpret_cast<const float*>(q_base + size_t(t) * q.row_stride);
       scores.resize(size_t(group * n));
       // Scores for the whole group, one key row at a time.
       for (int64_t j = 0; j < n; ++j) {
+        const std::byte* k_row = k_base + size_t(slots[size_t(j)]) * k_cache.row_stride;
         for (int g = 0; g < group; ++g) {
-          const float* qh = q.row_ptr<float>(t) + int64_t(kv_head * group + g) * hd;
-          float s = f16 ? kernels.dot_f16(qh, k_cache.row_ptr<uint16_t>(slots[size_t(j)]) + kv_col, hd)
-                        : kernels.dot_f32(qh, k_cache.row_ptr<float>(slots[size_t(j)]) + kv_col, hd);
+          const float* qh = q_row + int64_t(kv_head * group + g) * hd;
+          float s = f16 ? kernels.dot_f16(qh, reinterpret_cast<const uint16_t*>(k_row) + kv_col, hd)
+                        : kernels.dot_f32(qh, reinterpret_cast<const float*>(k_row) + kv_col, hd);
           s *= p.scale;
           if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
           scores[size_t(g * n + j)] = s;
         }
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      std::vector<float> inv_total(size_t(group), 0.0f);
       for (int g = 0; g < group && n > 0; ++g) {
         float* s = scores.data() + g * n;
-        const float max_score = *std::max_element(s, s + n);
-        inv_total[size_t(g)] = 1.0f / softmax_in_place(s, n, max_score);
+        inv_total[size_t(g)] = 1.0f / softmax_in_place(s, n, *std::max_element(s, s + n));
       }
       for (int64_t j = 0; j < n; ++j) {
+        const std::byte* v_row = v_base + size_t(slots[size_t(j)]) * v_cache.row_stride;
         for (int g = 0; g < group; ++g) {
           const float w = scores[size_t(g * n + j)];
           float* a = acc.data() + size_t(g) * hd;
           if (f16) {
-            kernels.axpy_f16(a, w, v_cache.row_ptr<uint16_t>(slots[size_t(j)]) + kv_col, hd);
+            kernels.axpy_f16(a, w, reinterpret_cast<const uint16_t*>(v_row) + kv_col, hd);
           } else {
-            kernels.axpy_f32(a, w, v_cache.row_ptr<float>(slots[size_t(j)]) + kv_col, hd);
+            kernels.axpy_f32(a, w, reinterpret_cast<const float*>(v_row) + kv_col, hd);
           }
         }
       }
+      auto* out_row = reinterpret_cast<float*>(out_base + size_t(t) * out.row_stride);
       for (int g = 0; g < group; ++g) {
-        float* oh = out.row_ptr<float>(t) + int64_t(kv_head * group + g) * hd;
+        float* oh = out_row + int64_t(kv_head * group + g) * hd;
         const float* a = acc.data() + size_t(g) * hd;
-        for (int d = 0; d < hd; ++d) oh[d] = a[d] * inv_total[size_t(g)];
+        const float scale = n > 0 ? inv_total[size_t(g)] : 0.0f;
+        for (int d = 0; d < hd; ++d) oh[d] = a[d] * scale;
       }
     }
   });
+}
+
+// The prefill schedule for the query tokens `tokens`, all of sequence row `seq`.
+void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const backend::AttentionParams& p, const Tables& tab, int32_t seq,
+                    const std::vector<int64_t>& tokens, const Tensor& out) {
+  const int group = p.n_head / p.n_head_kv;
+  const int hd = p.head_dim;
+  // Cells of the sequence that hold a position.
+  std::vector<int64_t> cell_slot;
+  std::vector<int32_t> cell_pos;
+  for (int32_t c = 0; c < tab.seq_cells[seq]; ++c) {
+    const int64_t slot = tab.slot_of(seq, c);
+    if (tab.slot_pos[slot] < 0) continue;
+    cell_slot.push_back(slot);
+    cell_pos.push_back(tab.slot_pos[slot]);
+  }
+  const auto n_cells = int64_t(cell_slot.size());
+  const auto n_tok = int64_t(tokens.size());
+  const int64_t n_blocks = (n_tok + kQueryBlock - 1) / kQueryBlock;
+  // Keys and values of one kv head as f32: [n_cells, hd] each.
+  std::vector<float> keys(size_t(n_cells * hd)), values(size_t(n_cells * hd));
+
+  for (int kv_head = 0; kv_head < p.n_head_kv; ++kv_head) {
+    const int64_t kv_col = int64_t(kv_head) * hd;
+    ctx.pool.parallel_for(n_cells, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c)
+        for (int d = 0; d < hd; ++d) {
+          keys[size_t(c * hd + d)] = to_f32(k_cache, cell_slot[size_t(c)], kv_col + d);
+          values[size_t(c * hd + d)] = to_f32(v_cache, cell_slot[size_t(c)], kv_col + d);
+        }
+    });
+    ctx.pool.parallel_for(n_blocks, [&](int64_t begin, int64_t end) {
+      std::vector<float> queries, scores, result;
+      for (int64_t blk = begin; blk < end; ++blk) {
+        const int64_t t0 = blk * kQueryBlock, t1 = std::min(n_tok, t0 + kQueryBlock);
+        const int64_t rows = (t1 - t0) * group;  // row (i, g): token t0 + i, head kv_head * group + g
+        queries.resize(size_t(rows * hd));
+        int32_t max_pos = INT32_MIN, min_pos = INT32_MAX;
+        for (int64_t i = t0; i < t1; ++i) {
+          const int64_t t = tokens[size_t(i)];
+          max_pos = std::max(max_pos, tab.token_pos[t]);
+          min_pos = std::min(min_pos, tab.token_pos[t]);
+          const float* src = q.row_ptr<float>(t) + int64_t(kv_head * group) * hd;
+          std::copy(src, src + group * hd, queries.begin() + (i - t0) * group * hd);
+        }
+        // Only cells some query of the block can see take part.
+        int64_t lo = 0, hi = n_cells;
+        while (hi > lo && !(cell_pos[size_t(hi - 1)] <= max_pos)) --hi;
+        if (p.window > 0)
+          while (lo < hi && !(min_pos - cell_pos[size_t(lo)] < p.window)) ++lo;
+        const int64_t cols = hi - lo;
+        scores.resize(size_t(rows * std::max<int64_t>(cols, 1)));
+        result.assign(size_t(rows * hd), 0.0f);
+        if (cols > 0) {
+          gemm_nt(ctx.isa, int(rows), int(cols), hd, queries.data(), hd, keys.data() + lo * hd, hd, scores.data(),
+                  int(cols), p.scale);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int32_t pos = tab.token_pos[tokens[size_t(t0 + r / group)]];
+            float* s = scores.data() + r * cols;
+            float max_score = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < cols; ++j) {
+              if (p.softcap > 0.0f) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+              if (!visible(pos, cell_pos[size_t(lo + j)], p.window)) s[j] = -std::numeric_limits<float>::infinity();
+              max_score = std::max(max_score, s[j]);
+            }
+            if (max_score == -std::numeric_limits<float>::infinity()) {
+              std::fill(s, s + cols, 0.0f);  // nothing visible: zeros, as the contract says
+              continue;
+            }
+            const float inv = 1.0f / softmax_in_place(s, cols, max_score);
+            for (int64_t j = 0; j < cols; ++j) s[j] *= inv;
+          }
+          gemm_nn(ctx.isa, int(rows), hd, int(cols), scores.data(), int(cols), values.data() + lo * hd, hd,
+                  result.data(), hd);
+        }
+        for (int64_t i = t0; i < t1; ++i) {
+          float* dst = out.row_ptr<float>(tokens[size_t(i)]) + int64_t(kv_head * group) * hd;
+          std::copy(result.begin() + (i - t0) * group * hd, result.begin() + (i - t0 + 1) * group * hd, dst);
+        }
+      }
+    });
+  }
+}
+
+}  // namespace
+
+void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+               const backend::AttentionParams& p, const Tensor& out) {
+  const Tables tab{p.token_pos.row_ptr<int32_t>(0), p.token_seq.row_ptr<int32_t>(0), p.seq_cells.row_ptr<int32_t>(0),
+                   p.slot_pos.row_ptr<int32_t>(0),  p.page_table.row_ptr<int32_t>(0), p.page_table.cols,
+                   p.page_tokens};
+
+  // Validate the tables once, on the caller's thread, so workers cannot throw.
+  for (int64_t t = 0; t < q.rows; ++t)
+    if (tab.token_seq[t] < 0 || tab.token_seq[t] >= p.page_table.rows)
+      fail(ErrorCode::invalid_argument, "attention: token {} has sequence row {} outside [0, {})", t,
+           tab.token_seq[t], p.page_table.rows);
+  for (int64_t s = 0; s < p.page_table.rows; ++s) {
+    const int32_t n_cells = tab.seq_cells[s];
+    if (n_cells < 0 || n_cells > p.page_table.cols * p.page_tokens)
+      fail(ErrorCode::invalid_argument, "attention: sequence row {} has {} cells, more than its page table holds", s,
+           n_cells);
+    const int32_t* pages = tab.page_table + s * tab.pages_per_row;
+    for (int32_t pg = 0; pg < (n_cells + p.page_tokens - 1) / p.page_tokens; ++pg)
+      if (pages[pg] < 0 || int64_t(pages[pg] + 1) * p.page_tokens > k_cache.rows)
+        fail(ErrorCode::invalid_argument, "attention: page {} of sequence row {} is outside the cache", pages[pg], s);
+  }
+
+  // Query tokens per sequence row: long runs take the GEMM schedule.
+  std::vector<std::vector<int64_t>> by_seq(size_t(p.page_table.rows));
+  for (int64_t t = 0; t < q.rows; ++t) by_seq[size_t(tab.token_seq[t])].push_back(t);
+  std::vector<int64_t> per_token;
+  for (int32_t s = 0; s < int32_t(by_seq.size()); ++s) {
+    if (int64_t(by_seq[size_t(s)].size()) >= kBlockedMinTokens) {
+      attend_blocked(ctx, q, k_cache, v_cache, p, tab, s, by_seq[size_t(s)], out);
+    } else {
+      per_token.insert(per_token.end(), by_seq[size_t(s)].begin(), by_seq[size_t(s)].end());
+    }
+  }
+  if (!per_token.empty()) attend_per_token(ctx, q, k_cache, v_cache, p, tab, per_token, out);
 }
 
 }  // namespace ember::cpu

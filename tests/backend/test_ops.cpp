@@ -259,3 +259,49 @@ TEST_CASE("ops reject mismatched shapes and types with a named error", "[ops][er
   const backend::RopeParams bad{3, 5, 4, backend::RopeMode::neox, 10000.0f, 1.0f};
   CHECK_THROWS_AS(ops::rope(*be, out, p.put(i32({0, 1})), bad, out), Error);
 }
+
+TEST_CASE("attention over many query tokens (GEMM schedule) matches the reference", "[ops][attention]") {
+  std::mt19937 rng(7);
+  for (DType storage : {DType::f32, DType::f16}) {
+    for (int window : {0, 13}) {
+      // Sequence row 0: 70 tokens (GEMM schedule) on pages {3, 0, 5, 1, 7}; row 1: 3 tokens
+      // (per-token schedule) on page {2}; row 2: one token with no cells (sees nothing).
+      const int hd = 64, n_head = 8, n_kv = 2, page = 16, n_slots = 8 * page;
+      const int32_t pages0[] = {3, 0, 5, 1, 7};
+      std::vector<int32_t> slots, slot_pos(n_slots, -1), pos, seq;
+      for (int c = 0; c < 70; ++c) {
+        const int32_t slot = pages0[c / page] * page + c % page;
+        slots.push_back(slot), slot_pos[size_t(slot)] = c, pos.push_back(c), seq.push_back(0);
+      }
+      for (int c = 0; c < 3; ++c) {
+        const int32_t slot = 2 * page + c;
+        slots.push_back(slot), slot_pos[size_t(slot)] = 100 + c, pos.push_back(100 + c), seq.push_back(1);
+      }
+      const int n_tok = 74;
+      const HostTensor k_new = random_f32(73, n_kv * hd, rng), v_new = random_f32(73, n_kv * hd, rng);
+      const HostTensor q = random_f32(n_tok, n_head * hd, rng, -2, 2);
+      std::vector<int32_t> q_pos = pos, q_seq = seq;
+      q_pos.push_back(5), q_seq.push_back(2);
+      auto [r, c] = both(2, [&](Placed& p) {
+        const Tensor kc = p.zeros(storage, n_slots, n_kv * hd), vc = p.zeros(storage, n_slots, n_kv * hd);
+        const Tensor t_slots = p.put(i32(slots));
+        ops::kv_store(p.be, p.put(k_new), kc, t_slots);
+        ops::kv_store(p.be, p.put(v_new), vc, t_slots);
+        HostTensor table{DType::i32, 3, 5, std::vector<std::byte>(60)};
+        const int32_t rows[15] = {3, 0, 5, 1, 7, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        std::memcpy(table.bytes.data(), rows, 60);
+        backend::AttentionParams ap;
+        ap.n_head = n_head, ap.n_head_kv = n_kv, ap.head_dim = hd, ap.scale = 0.125f, ap.window = window;
+        ap.page_tokens = page;
+        ap.token_pos = p.put(i32(q_pos)), ap.token_seq = p.put(i32(q_seq)), ap.page_table = p.put(table);
+        ap.seq_cells = p.put(i32({70, 3, 0})), ap.slot_pos = p.put(i32(slot_pos));
+        const Tensor out = p.zeros(DType::f32, n_tok, n_head * hd);
+        ops::attention(p.be, p.put(q), kc, vc, ap, out);
+        return p.get(out);
+      });
+      INFO("storage " << quant::type_name(storage) << " window " << window);
+      CHECK(max_abs_diff(r, c) <= 2e-5 * max_abs(r));
+      for (int d = 0; d < n_head * hd; ++d) REQUIRE(c[size_t(73 * n_head * hd + d)] == 0.0f);
+    }
+  }
+}
