@@ -160,8 +160,11 @@ TEST_CASE("cancel from another thread stops a long prefill within one chunk", "[
   CHECK(session->position() % 64 == 0);
   // The session keeps working after a cancellation.
   Sampler g = Sampler::greedy();
-  const auto r = session->generate(std::span<const int32_t>(), g, {.max_tokens = 2, .stop_at_end_of_generation = false});
+  const int32_t before = session->position();
+  const std::vector<int32_t> more = {818, 5279};
+  const auto r = session->generate(more, g, {.max_tokens = 2, .stop_at_end_of_generation = false});
   CHECK(r.tokens.size() == 2);
+  CHECK(session->position() == before + 4);
 }
 
 TEST_CASE("cancel from another thread stops generation within a token", "[session]") {
