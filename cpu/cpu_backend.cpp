@@ -1,7 +1,6 @@
 #include "cpu/cpu_backend.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "backend/host_buffer.hpp"
@@ -13,10 +12,9 @@ namespace {
 
 using backend::Activation;
 using backend::AttentionParams;
-using backend::Buffer;
 using backend::RopeParams;
 
-class CpuBackend final : public backend::Backend {
+class CpuBackend final : public backend::HostBackend {
  public:
   CpuBackend(int threads, Isa isa) : pool_(threads), isa_(isa) {
     const auto isas = available_isas();
@@ -25,19 +23,6 @@ class CpuBackend final : public backend::Backend {
   }
 
   std::string_view name() const override { return "cpu"; }
-
-  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<backend::HostBuffer>(bytes); }
-  std::shared_ptr<Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive) override {
-    return std::make_shared<backend::HostView>(bytes, std::move(keep_alive));
-  }
-  void upload(const Tensor& dst, const void* src) override {
-    if (!dst.contiguous()) fail(ErrorCode::internal, "upload into a strided tensor");
-    std::memcpy(dst.row_ptr(0), src, dst.bytes());
-  }
-  void download(const Tensor& src, void* dst) override {
-    if (!src.contiguous()) fail(ErrorCode::internal, "download of a strided tensor");
-    std::memcpy(dst, src.row_ptr(0), src.bytes());
-  }
 
   void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     cpu::get_rows(ctx(), table, ids, out);

@@ -4,6 +4,7 @@
 #include <memory>
 #include <span>
 
+#include "backend/backend.hpp"
 #include "backend/tensor.hpp"
 
 namespace ember::backend {
@@ -33,6 +34,16 @@ class HostView final : public Buffer {
  private:
   std::span<const std::byte> bytes_;
   std::shared_ptr<const void> keep_alive_;
+};
+
+// The memory half of a Backend for backends that compute in host memory (reference,
+// CPU): buffers are HostBuffers, weights are referenced in place, copies are memcpy.
+class HostBackend : public Backend {
+ public:
+  std::unique_ptr<Buffer> allocate(size_t bytes) override;
+  std::shared_ptr<Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive) override;
+  void upload(const Tensor& dst, const void* src) override;
+  void download(const Tensor& src, void* dst) override;
 };
 
 }  // namespace ember::backend

@@ -1,6 +1,5 @@
 #include "backend/reference/reference_backend.hpp"
 
-#include <cstring>
 
 #include "backend/host_buffer.hpp"
 #include "backend/reference/ops.hpp"
@@ -11,25 +10,11 @@ namespace {
 
 using backend::Activation;
 using backend::AttentionParams;
-using backend::Buffer;
 using backend::RopeParams;
 
-class ReferenceBackend final : public backend::Backend {
+class ReferenceBackend final : public backend::HostBackend {
  public:
   std::string_view name() const override { return "reference"; }
-
-  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<backend::HostBuffer>(bytes); }
-  std::shared_ptr<Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive) override {
-    return std::make_shared<backend::HostView>(bytes, std::move(keep_alive));
-  }
-  void upload(const Tensor& dst, const void* src) override {
-    if (!dst.contiguous()) fail(ErrorCode::internal, "upload into a strided tensor");
-    std::memcpy(dst.row_ptr(0), src, dst.bytes());
-  }
-  void download(const Tensor& src, void* dst) override {
-    if (!src.contiguous()) fail(ErrorCode::internal, "download of a strided tensor");
-    std::memcpy(dst, src.row_ptr(0), src.bytes());
-  }
 
   void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     reference::get_rows(table, ids, out);
