@@ -12,6 +12,22 @@
 namespace ember::cli {
 namespace {
 
+// A string as a JSON string literal.
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", int(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -65,10 +81,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
 
   if (args.has("--json")) {
     std::printf(
-        "{\"model\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
+        "{\"model\": %s, \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
         "\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f, \"decode_weight_gb_per_s\": %.3f, "
         "\"decode_bytes_per_token\": %.0f}\n",
-        model_path.c_str(), used_threads, n_prompt, n_gen, reps, prefill_tps, decode_tps, decode_gbs, bytes);
+        json_string(model_path).c_str(), used_threads, n_prompt, n_gen, reps, prefill_tps, decode_tps, decode_gbs, bytes);
   } else {
     std::printf("model:   %s (%s)\n", model_path.c_str(), model->info().name.c_str());
     std::printf("threads: %d, repetitions: %d\n", used_threads, reps);
