@@ -106,6 +106,21 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(Blo
 // Reads a half-precision field.
 inline float load_fp16(const uint16_t& h) { return fp16_to_fp32(h); }
 
+// The 32 fifth bits of a Q5_0 / Q5_1 block (qh, little-endian), bit i for value i.
+inline uint32_t q5_high_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  return bits;
+}
+
+// 5-bit code of value i of a Q5_0 / Q5_1 block: low nibble from qs (values 0..15 in
+// the low nibbles, 16..31 in the high ones), fifth bit from qh.
+template <class Block>
+inline int q5_code(const Block& b, uint32_t qh, int i) {
+  const int low = i < 16 ? (b.qs[i] & 15) : (b.qs[i - 16] >> 4);
+  return low | int((qh >> i) & 1u) << 4;
+}
+
 // x * y + z with the product rounded to float first, whatever the compiler's
 // contraction settings (-ffp-contract, -march with FMA): the dequantizers promise
 // the two roundings of gguf-py's numpy code, bit for bit.

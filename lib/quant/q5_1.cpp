@@ -7,24 +7,12 @@
 #include "quant/formats.hpp"
 
 namespace ember::quant::ref {
-namespace {
-inline int code(const BlockQ5_1& b, uint32_t qh, int i) {
-  const int low = i < 16 ? (b.qs[i] & 15) : (b.qs[i - 16] >> 4);
-  return low | int((qh >> i) & 1u) << 4;
-}
-inline uint32_t high_bits(const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  return bits;
-}
-}  // namespace
-
 void dequantize_q5_1(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_1*>(src);
   for (int64_t b = 0; b < n / kQK; ++b) {
     const float d = load_fp16(blocks[b].d), m = load_fp16(blocks[b].m);
-    const uint32_t qh = high_bits(blocks[b].qh);
-    for (int i = 0; i < kQK; ++i) dst[b * kQK + i] = mul_then_add(float(code(blocks[b], qh, i)), d, m);
+    const uint32_t qh = q5_high_bits(blocks[b].qh);
+    for (int i = 0; i < kQK; ++i) dst[b * kQK + i] = mul_then_add(float(q5_code(blocks[b], qh, i)), d, m);
   }
 }
 
@@ -57,9 +45,9 @@ float dot_q5_1(const void* w, const void* a_q8_1, int64_t n) {
   const auto* ab = static_cast<const BlockQ8_1*>(a_q8_1);
   double sum = 0.0;
   for (int64_t b = 0; b < n / kQK; ++b) {
-    const uint32_t qh = high_bits(wb[b].qh);
+    const uint32_t qh = q5_high_bits(wb[b].qh);
     int32_t sumi = 0;
-    for (int i = 0; i < kQK; ++i) sumi += code(wb[b], qh, i) * int32_t(ab[b].qs[i]);
+    for (int i = 0; i < kQK; ++i) sumi += q5_code(wb[b], qh, i) * int32_t(ab[b].qs[i]);
     sum += (load_fp16(wb[b].d) * load_fp16(ab[b].d)) * float(sumi) + load_fp16(wb[b].m) * load_fp16(ab[b].s);
   }
   return float(sum);
