@@ -72,6 +72,10 @@ class CudaBackend final : public backend::Backend {
   void glu(const backend::Tensor&, const backend::Tensor&, backend::Activation, const backend::Tensor&) override {
     missing("glu");
   }
+  void kv_load(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("kv_load"); }
+  void copy_rows(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override {
+    missing("copy_rows");
+  }
   void kv_store(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override {
     missing("kv_store");
   }

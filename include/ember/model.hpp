@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ember/export.hpp"
+#include "ember/kv_cache.hpp"
 #include "ember/log.hpp"
 
 namespace ember {
@@ -43,6 +44,13 @@ struct ModelOptions {
   std::function<bool(float fraction)> progress;
   // Receives the model's log messages (and those of its sessions). Default none: silent.
   LogCallback log;
+  // Tokens per KV-cache page, the unit of allocation and sharing for every session.
+  // Default 16; range [1, 4096].
+  int32_t kv_page_tokens = 16;
+  // Size of each KV page pool (one per storage type in use), in tokens of every layer.
+  // Default 0 = four contexts of min(training context, 32768) tokens. Host memory is
+  // reserved as address space and committed only when pages are written.
+  int64_t kv_pool_tokens = 0;
 };
 
 // What a model is, for display and for sizing.
@@ -88,6 +96,11 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
 
   const ModelInfo& info() const;
   const ModelOptions& options() const;
+  // Pages and bytes of the KV pools shared by this model's sessions.
+  KVPoolMemory kv_memory() const;
+  // Bytes of keys and values one cached token takes over all layers (0 when the
+  // storage does not fit the head size, or the model has no weights).
+  size_t kv_bytes_per_token(KVStorage storage, int32_t group_size = 32) const;
 
   // A new session (its own KV cache and threads) on this model.
   std::unique_ptr<Session> new_session(const SessionOptions& options) const;

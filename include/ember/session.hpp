@@ -125,14 +125,29 @@ class EMBER_API Session {
   // or one token. Safe from any thread. Cleared when the next call starts.
   void cancel() noexcept;
 
-  // Keeps the first `n_tokens` tokens of the context and forgets the rest.
+  // Keeps the first `n_tokens` tokens of the context and forgets the rest, freeing
+  // their cache pages. When a sliding window or an eviction already dropped cells the
+  // shorter context needs, the kept tokens are evaluated again by the next call.
   void rewind(int32_t n_tokens);
   // Forgets everything.
   void reset();
 
   int32_t position() const;                    // tokens in the context
   std::span<const int32_t> tokens() const;     // the context's tokens
-  int32_t capacity() const;                    // most tokens the context can hold
+  int32_t capacity() const;                    // most tokens the context can hold (none eviction)
+
+  // A new session with this one's context, sharing its cache pages copy-on-write: the
+  // fork's first token needs no recomputation of the prefix. Same options.
+  std::unique_ptr<Session> fork() const;
+
+  // The whole state (tokens, logits, cache contents) as a versioned blob, and back.
+  // load_state() throws Error(invalid_argument) for a corrupted blob or one saved with
+  // another model or other KV options, leaving the session unchanged.
+  std::string save_state() const;
+  void load_state(std::string_view blob);
+
+  // This session's share of the KV pool.
+  KVSessionMemory kv_memory() const;
 
   struct Impl;
 

@@ -48,8 +48,13 @@ struct AttentionParams {
   Tensor page_table;
   // i32 [n_seq, 1]: cells in use by each sequence (after this batch's kv_store).
   Tensor seq_cells;
-  // i32 [n_slots, 1]: the position stored in each cache slot (-1 when empty).
-  Tensor slot_pos;
+  // i32 [n_seq, max_cells] (max_cells >= every seq_cells): the position held by each
+  // cell of each sequence row, -1 for an empty cell (evicted or never written).
+  Tensor cell_pos;
+  // Optional f32 [n_seq, max_cells * n_head_kv], for H2O eviction. When it has rows, the
+  // op adds to score_acc[row][c * n_head_kv + kv_head] the softmax probability that cell c
+  // received, summed over the query heads sharing kv_head and over the row's query tokens.
+  Tensor score_acc;
 };
 
 class Backend {
@@ -81,6 +86,8 @@ class Backend {
   virtual void rope(const Tensor& x, const Tensor& positions, const RopeParams& params, const Tensor& out) = 0;
   virtual void glu(const Tensor& gate, const Tensor& up, Activation activation, const Tensor& out) = 0;
   virtual void kv_store(const Tensor& src, const Tensor& cache, const Tensor& slots) = 0;
+  virtual void kv_load(const Tensor& cache, const Tensor& slots, const Tensor& out) = 0;
+  virtual void copy_rows(const Tensor& tensor, const Tensor& src_rows, const Tensor& dst_rows) = 0;
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionParams& params,
                          const Tensor& out) = 0;
 };

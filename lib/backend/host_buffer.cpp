@@ -5,6 +5,7 @@
 #include <new>
 
 #include "common/fail.hpp"
+#include "quant/quant.hpp"
 
 namespace ember::backend {
 
@@ -31,6 +32,25 @@ void HostBackend::upload(const Tensor& dst, const void* src) {
 void HostBackend::download(const Tensor& src, void* dst) {
   if (!src.contiguous()) fail(ErrorCode::internal, "download of a strided tensor");
   std::memcpy(dst, src.row_ptr(0), src.bytes());
+}
+
+void HostBackend::kv_load(const Tensor& cache, const Tensor& slots, const Tensor& out) {
+  for (int64_t t = 0; t < out.rows; ++t) {
+    const int32_t slot = *slots.row_ptr<int32_t>(t);
+    if (slot < 0 || slot >= cache.rows)
+      fail(ErrorCode::invalid_argument, "kv_load: slot {} outside [0, {})", slot, cache.rows);
+    quant::dequantize_row(cache.type, cache.row_ptr(slot), out.row_ptr<float>(t), out.cols);
+  }
+}
+
+void HostBackend::copy_rows(const Tensor& tensor, const Tensor& src_rows, const Tensor& dst_rows) {
+  const size_t bytes = quant::row_bytes(tensor.type, tensor.cols);
+  for (int64_t i = 0; i < src_rows.rows; ++i) {
+    const int32_t from = *src_rows.row_ptr<int32_t>(i), to = *dst_rows.row_ptr<int32_t>(i);
+    if (from < 0 || from >= tensor.rows || to < 0 || to >= tensor.rows)
+      fail(ErrorCode::invalid_argument, "copy_rows: row {} -> {} outside [0, {})", from, to, tensor.rows);
+    if (from != to) std::memcpy(tensor.row_ptr(to), tensor.row_ptr(from), bytes);
+  }
 }
 
 }  // namespace ember::backend

@@ -44,6 +44,9 @@ class HostBackend : public Backend {
   std::shared_ptr<Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive) override;
   void upload(const Tensor& dst, const void* src) override;
   void download(const Tensor& src, void* dst) override;
+  // Row copies and decoding need no arithmetic of their own: both host backends share them.
+  void kv_load(const Tensor& cache, const Tensor& slots, const Tensor& out) override;
+  void copy_rows(const Tensor& tensor, const Tensor& src_rows, const Tensor& dst_rows) override;
 };
 
 }  // namespace ember::backend

@@ -1,125 +1,729 @@
 #include "kv/kv_cache.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <set>
 
+#include "backend/ops/kv_store.hpp"
 #include "common/fail.hpp"
 
 namespace ember::kv {
+namespace {
 
-KVCache::KVCache(backend::Backend& backend, const CacheConfig& config)
-    : config_(config),
-      pool_([&] {
-        require(config.page_tokens > 0, "KV cache: page_tokens must be > 0, got {}", config.page_tokens);
-        require(config.max_tokens > 0, "KV cache: max_tokens must be > 0, got {}", config.max_tokens);
-        return (config.max_tokens + config.page_tokens - 1) / config.page_tokens;
-      }()) {
-  require(config.n_layer > 0 && config.k_width > 0 && config.v_width > 0, "KV cache: empty layer shape");
-  require(config.storage == quant::DType::f16 || config.storage == quant::DType::f32,
-          "KV cache: storage type {} is not supported (F16 or F32)", quant::type_name(config.storage));
-  require(config.max_seq_tokens > 0, "KV cache: max_seq_tokens must be > 0, got {}", config.max_seq_tokens);
-  slot_pos_.assign(size_t(n_slots()), -1);
-  for (int layer = 0; layer < config.n_layer; ++layer) {
-    const size_t k_bytes = quant::row_bytes(config.storage, config.k_width) * size_t(n_slots());
-    const size_t v_bytes = quant::row_bytes(config.storage, config.v_width) * size_t(n_slots());
-    auto buffer = backend.allocate(k_bytes + v_bytes);
-    k_.push_back(backend::make_tensor(*buffer, 0, config.storage, n_slots(), config.k_width));
-    v_.push_back(backend::make_tensor(*buffer, k_bytes, config.storage, n_slots(), config.v_width));
-    buffers_.push_back(std::move(buffer));
-  }
+std::shared_ptr<Pool> own_pool(backend::Backend& backend, const CacheConfig& c) {
+  require(c.page_tokens > 0, "KV cache: page_tokens must be > 0, got {}", c.page_tokens);
+  require(c.max_tokens > 0, "KV cache: max_tokens must be > 0, got {}", c.max_tokens);
+  require(c.n_layer > 0, "KV cache: n_layer must be > 0, got {}", c.n_layer);
+  PoolConfig pc;
+  pc.k_width = c.k_width;
+  pc.v_width = c.v_width;
+  pc.storage = c.storage;
+  pc.page_tokens = c.page_tokens;
+  pc.n_pages = (c.max_tokens + c.page_tokens - 1) / c.page_tokens * c.n_layer;
+  return std::make_shared<Pool>(backend, pc);
 }
 
-size_t KVCache::bytes() const {
-  size_t total = 0;
-  for (const auto& b : buffers_) total += b->size();
-  return total;
+// Little-endian blob helpers.
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+void put_vec(std::string& out, const std::vector<T>& v) {
+  put<uint64_t>(out, v.size());
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+struct Reader {
+  std::string_view data;
+  size_t at = 0;
+  void need(size_t n) const {
+    if (data.size() - at < n)
+      fail(ErrorCode::invalid_argument, "KV state: the blob ends early (byte {} of {})", at, data.size());
+  }
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, data.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  template <typename T>
+  std::vector<T> get_vec(size_t max_elems) {
+    const auto n = get<uint64_t>();
+    if (n > max_elems) fail(ErrorCode::invalid_argument, "KV state: a table of {} entries is too large", n);
+    need(n * sizeof(T));
+    std::vector<T> v(n);
+    std::memcpy(v.data(), data.data() + at, n * sizeof(T));
+    at += n * sizeof(T);
+    return v;
+  }
+};
+
+constexpr uint32_t kBlobMagic = 0x31564B45;  // "EKV1"
+
+}  // namespace
+
+KVCache::KVCache(std::shared_ptr<Pool> pool, backend::Backend& backend, const CacheConfig& config)
+    : pool_(std::move(pool)), be_(backend), config_(config) {
+  validate_config();
+}
+
+KVCache::KVCache(backend::Backend& backend, const CacheConfig& config)
+    : pool_(own_pool(backend, config)), be_(backend), config_(config) {
+  validate_config();
+}
+
+KVCache::~KVCache() {
+  for (auto& [id, s] : sequences_) release_all(s);
+}
+
+void KVCache::validate_config() const {
+  const CacheConfig& c = config_;
+  require(pool_ != nullptr, "KV cache: no page pool");
+  require(c.n_layer > 0, "KV cache: n_layer must be > 0, got {}", c.n_layer);
+  require(c.layer_window.empty() || int(c.layer_window.size()) == c.n_layer,
+          "KV cache: {} layer windows for {} layers", c.layer_window.size(), c.n_layer);
+  for (int32_t w : c.layer_window) require(w >= 0, "KV cache: a sliding window must be >= 0, got {}", w);
+  require(c.max_seq_tokens > 0, "KV cache: the token budget (max_seq_tokens) must be > 0, got {}", c.max_seq_tokens);
+  const EvictionConfig& e = c.eviction;
+  switch (e.policy) {
+    case Eviction::none: break;
+    case Eviction::streaming:
+      require(e.sinks >= 0, "KV cache: StreamingLLM sinks must be >= 0, got {}", e.sinks);
+      require(c.max_seq_tokens > e.sinks,
+              "KV cache: the StreamingLLM window must be larger than the sinks (budget {} with {} sinks)",
+              c.max_seq_tokens, e.sinks);
+      break;
+    case Eviction::h2o:
+      require(e.heavy >= 0 && e.recent >= 1, "KV cache: H2O needs heavy >= 0 and recent >= 1 (got {} and {})",
+              e.heavy, e.recent);
+      require(int64_t(e.heavy) + e.recent == c.max_seq_tokens, "KV cache: H2O budget {} is not heavy {} + recent {}",
+              c.max_seq_tokens, e.heavy, e.recent);
+      break;
+  }
 }
 
 int32_t KVCache::n_cells(int32_t seq) const {
   auto it = sequences_.find(seq);
-  return it == sequences_.end() ? 0 : it->second.cells;
+  if (it == sequences_.end()) return 0;
+  int32_t most = 0;
+  for (const Layer& l : it->second.layers) most = std::max(most, l.live);
+  return most;
 }
 
-std::span<const int32_t> KVCache::pages(int32_t seq) const {
+int32_t KVCache::next_index(int32_t seq) const {
   auto it = sequences_.find(seq);
-  if (it == sequences_.end()) return {};
-  return it->second.pages;
+  return it == sequences_.end() ? 0 : it->second.next_idx;
 }
 
 std::vector<int32_t> KVCache::sequences() const {
   std::vector<int32_t> ids;
-  for (const auto& [id, s] : sequences_)
-    if (s.cells > 0) ids.push_back(id);
+  for (const auto& [id, s] : sequences_) ids.push_back(id);
   return ids;
 }
 
-int32_t KVCache::slot_of(const Sequence& s, int32_t cell) const {
-  return s.pages[size_t(cell / config_.page_tokens)] * config_.page_tokens + cell % config_.page_tokens;
+SeqStats KVCache::stats(int32_t seq) const {
+  SeqStats st;
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return st;
+  for (const Layer& l : it->second.layers) {
+    st.tokens = std::max(st.tokens, l.live);
+    st.pages += int32_t(l.pages.size());
+    for (int32_t p : l.pages)
+      if (pool_->refcount(p) > 1) ++st.shared_pages;
+  }
+  return st;
 }
 
+// ---- row copies ----
+
+void KVCache::copy_pool_rows(std::span<const int32_t> from, std::span<const int32_t> to) {
+  if (from.empty()) return;
+  const auto n = int64_t(from.size());
+  auto buffer = be_.allocate(size_t(2 * n) * sizeof(int32_t));
+  const backend::Tensor src = backend::make_tensor(*buffer, 0, quant::DType::i32, n, 1);
+  const backend::Tensor dst = backend::make_tensor(*buffer, size_t(n) * sizeof(int32_t), quant::DType::i32, n, 1);
+  be_.upload(src, from.data());
+  be_.upload(dst, to.data());
+  ops::copy_rows(be_, pool_->k(), src, dst);
+  ops::copy_rows(be_, pool_->v(), src, dst);
+  be_.synchronize();
+}
+
+// Copy on write: gives the layer its own copy of a page others also hold.
+void KVCache::make_writable(Layer& l, size_t page_index) {
+  const int32_t page = l.pages[page_index];
+  if (pool_->refcount(page) <= 1) return;
+  const int32_t fresh = pool_->acquire(1)[0];
+  const int32_t pt = page_tokens();
+  std::vector<int32_t> from(static_cast<size_t>(pt)), to(static_cast<size_t>(pt));
+  for (int32_t i = 0; i < pt; ++i) from[size_t(i)] = page * pt + i, to[size_t(i)] = fresh * pt + i;
+  try {
+    copy_pool_rows(from, to);
+  } catch (...) {
+    pool_->release(fresh);
+    throw;
+  }
+  l.pages[page_index] = fresh;
+  pool_->release(page);
+}
+
+// ---- dropping cells ----
+
+// Frees whole pages whose cells are all empty (cells of later pages move down).
+void KVCache::drop_empty_pages(Layer& l) {
+  const int32_t pt = page_tokens();
+  const auto n_cells = int32_t(l.pos.size());
+  std::vector<int32_t> pages;
+  std::vector<int32_t> idx, pos;
+  std::vector<float> score;
+  for (size_t p = 0; p < l.pages.size(); ++p) {
+    const int32_t c0 = int32_t(p) * pt, c1 = std::min(n_cells, c0 + pt);
+    bool empty = true;
+    for (int32_t c = c0; c < c1 && empty; ++c) empty = l.pos[size_t(c)] < 0;
+    if (empty) {
+      pool_->release(l.pages[p]);
+      continue;
+    }
+    pages.push_back(l.pages[p]);
+    idx.insert(idx.end(), l.idx.begin() + c0, l.idx.begin() + c1);
+    pos.insert(pos.end(), l.pos.begin() + c0, l.pos.begin() + c1);
+    score.insert(score.end(), l.score.begin() + c0, l.score.begin() + c1);
+    // Only the last page may be partly filled: pad a kept page that is not last.
+    if (c1 - c0 < pt && p + 1 < l.pages.size())
+      fail(ErrorCode::internal, "KV cache: a page other than the last is partly filled");
+  }
+  // The cells of a kept partial page must stay last; drop trailing empty cells.
+  while (!pos.empty() && pos.back() < 0 && pos.size() % size_t(pt) != 0) {
+    idx.pop_back(), pos.pop_back(), score.pop_back();
+  }
+  l.pages = std::move(pages);
+  l.idx = std::move(idx);
+  l.pos = std::move(pos);
+  l.score = std::move(score);
+}
+
+void KVCache::free_window(Layer& l, int32_t window, int32_t first_new_pos) {
+  if (window <= 0) return;
+  bool any = false;
+  for (size_t c = 0; c < l.pos.size(); ++c) {
+    if (l.pos[c] >= 0 && first_new_pos - l.pos[c] >= window) {
+      l.dropped_max = std::max(l.dropped_max, l.idx[c]);
+      l.pos[c] = -1;
+      --l.live;
+      any = true;
+    }
+  }
+  if (any) drop_empty_pages(l);
+}
+
+// Moves live cells from the tail into the holes below, then frees the tail pages.
+void KVCache::compact(Layer& l) {
+  std::vector<int32_t> from, to;
+  auto lo = int32_t(0), hi = int32_t(l.pos.size()) - 1;
+  for (;;) {
+    while (lo <= hi && l.pos[size_t(lo)] >= 0) ++lo;
+    while (hi >= lo && l.pos[size_t(hi)] < 0) --hi;
+    if (lo >= hi) break;
+    make_writable(l, size_t(lo / page_tokens()));
+    from.push_back(slot(l, hi));
+    to.push_back(slot(l, lo));
+    l.idx[size_t(lo)] = l.idx[size_t(hi)];
+    l.pos[size_t(lo)] = l.pos[size_t(hi)];
+    l.score[size_t(lo)] = l.score[size_t(hi)];
+    l.pos[size_t(hi)] = -1;
+    ++lo, --hi;
+  }
+  copy_pool_rows(from, to);
+  // Everything from the first hole on is empty now.
+  auto keep = size_t(0);
+  while (keep < l.pos.size() && l.pos[keep] >= 0) ++keep;
+  l.idx.resize(keep), l.pos.resize(keep), l.score.resize(keep);
+  const size_t pages_kept = (keep + size_t(page_tokens()) - 1) / size_t(page_tokens());
+  while (l.pages.size() > pages_kept) {
+    pool_->release(l.pages.back());
+    l.pages.pop_back();
+  }
+}
+
+void KVCache::evict_streaming(Sequence& s, int layer, int32_t n_drop) {
+  Layer& l = s.layers[size_t(layer)];
+  const int32_t sinks = config_.eviction.sinks;
+  // The sinks are the first `sinks` live cells (cells keep their order in this mode).
+  std::vector<int32_t> sink_cells;
+  size_t c = 0;
+  for (; c < l.pos.size() && int32_t(sink_cells.size()) < sinks; ++c)
+    if (l.pos[c] >= 0) sink_cells.push_back(int32_t(c));
+  if (!sink_cells.empty() && s.sink_keys[size_t(layer)].empty()) {
+    // Capture the sinks' keys as first stored, before any move rewrites them.
+    const int64_t width = pool_->config().k_width;
+    const auto n = int64_t(sink_cells.size());
+    const size_t rows_at = (size_t(n) * sizeof(int32_t) + 63) / 64 * 64;
+    auto buffer = be_.allocate(rows_at + size_t(n * width) * sizeof(float));
+    const backend::Tensor slots = backend::make_tensor(*buffer, 0, quant::DType::i32, n, 1);
+    const backend::Tensor rows = backend::make_tensor(*buffer, rows_at, quant::DType::f32, n, width);
+    std::vector<int32_t> ids;
+    for (int32_t sc : sink_cells) ids.push_back(slot(l, sc));
+    be_.upload(slots, ids.data());
+    ops::kv_load(be_, pool_->k(), slots, rows);
+    s.sink_keys[size_t(layer)].resize(size_t(n * width));
+    be_.download(rows, s.sink_keys[size_t(layer)].data());
+    auto& orig = s.sink_orig_pos[size_t(layer)];
+    orig.clear();
+    for (int32_t sc : sink_cells) orig.push_back(l.pos[size_t(sc)]);
+  }
+  for (; c < l.pos.size() && n_drop > 0; ++c) {
+    if (l.pos[c] < 0) continue;
+    l.dropped_max = std::max(l.dropped_max, l.idx[c]);
+    l.pos[c] = -1;
+    --l.live;
+    --n_drop;
+  }
+  drop_empty_pages(l);
+  // Sinks sit just before the first kept non-sink token: their distance to every
+  // query is then what it would be in a cache re-indexed from 0 (StreamingLLM §3.2).
+  int32_t first_kept = -1;
+  int32_t seen = 0;
+  for (size_t i = 0; i < l.pos.size(); ++i) {
+    if (l.pos[i] < 0) continue;
+    if (seen++ < int32_t(sink_cells.size())) continue;
+    first_kept = l.pos[i];
+    break;
+  }
+  if (first_kept < 0) return;
+  seen = 0;
+  const auto k = int32_t(sink_cells.size());
+  for (size_t i = 0; i < l.pos.size() && seen < k; ++i) {
+    if (l.pos[i] < 0) continue;
+    const int32_t want = first_kept - k + seen;
+    ++seen;
+    if (l.pos[i] == want) continue;
+    make_writable(l, i / size_t(page_tokens()));
+    l.pos[i] = want;
+    s.moved.emplace_back(layer, int32_t(i));
+  }
+}
+
+void KVCache::evict_h2o(Layer& l, int32_t n_new, int32_t n_drop) {
+  // The most recent (recent - n_new) live tokens are protected.
+  std::vector<int32_t> live;
+  for (size_t c = 0; c < l.pos.size(); ++c)
+    if (l.pos[c] >= 0) live.push_back(int32_t(c));
+  std::sort(live.begin(), live.end(), [&](int32_t a, int32_t b) { return l.idx[size_t(a)] < l.idx[size_t(b)]; });
+  const int32_t protect = std::max(0, config_.eviction.recent - n_new);
+  const int64_t n_candidates = std::max<int64_t>(0, int64_t(live.size()) - protect);
+  if (n_candidates < n_drop)
+    fail(ErrorCode::cache_full, "KV cache full: H2O cannot free {} cells ({} outside the recent window)", n_drop,
+         n_candidates);
+  std::vector<int32_t> cand(live.begin(), live.begin() + n_candidates);
+  // Lowest accumulated attention first; older first among equals.
+  std::stable_sort(cand.begin(), cand.end(),
+                   [&](int32_t a, int32_t b) { return l.score[size_t(a)] < l.score[size_t(b)]; });
+  for (int32_t i = 0; i < n_drop; ++i) {
+    const auto c = size_t(cand[size_t(i)]);
+    l.dropped_max = std::max(l.dropped_max, l.idx[c]);
+    l.pos[c] = -1;
+    --l.live;
+  }
+  compact(l);
+}
+
+void KVCache::evict(Sequence& s, int layer, int32_t n_new) {
+  Layer& l = s.layers[size_t(layer)];
+  const int64_t over = int64_t(l.live) + n_new - config_.max_seq_tokens;
+  if (over <= 0) return;
+  switch (config_.eviction.policy) {
+    case Eviction::none:
+      fail(ErrorCode::cache_full, "KV cache full: the sequence holds {} tokens, {} more exceed its budget of {}",
+           l.live, n_new, config_.max_seq_tokens);
+    case Eviction::streaming:
+      if (int64_t(n_new) > int64_t(config_.max_seq_tokens) - config_.eviction.sinks)
+        fail(ErrorCode::cache_full, "KV cache full: {} new tokens do not fit a StreamingLLM window of {}", n_new,
+             config_.max_seq_tokens - config_.eviction.sinks);
+      evict_streaming(s, layer, int32_t(over));
+      break;
+    case Eviction::h2o:
+      evict_h2o(l, n_new, int32_t(over));
+      break;
+  }
+}
+
+// ---- placing ----
+
 Placement KVCache::place(std::span<const CellRequest> requests) {
-  // Count what each sequence needs first, so that a failure changes nothing.
-  std::map<int32_t, int32_t> new_cells;
+  std::map<int32_t, std::vector<int32_t>> new_pos;  // per sequence, in order
   for (const CellRequest& r : requests) {
     require(r.seq >= 0, "sequence id must be >= 0, got {}", r.seq);
     require(r.pos >= 0, "position must be >= 0, got {} (sequence {})", r.pos, r.seq);
-    ++new_cells[r.seq];
+    new_pos[r.seq].push_back(r.pos);
   }
-  int32_t pages_needed = 0;
-  for (const auto& [seq, count] : new_cells) {
-    const int32_t have = n_cells(seq);
-    if (int64_t(have) + count > config_.max_seq_tokens)
-      fail(ErrorCode::cache_full, "KV cache full: sequence {} holds {} tokens, {} more exceed its limit of {}", seq,
-           have, count, config_.max_seq_tokens);
-    auto it = sequences_.find(seq);
-    const int32_t pages_have = it == sequences_.end() ? 0 : int32_t(it->second.pages.size());
-    const int32_t pages_want = (have + count + config_.page_tokens - 1) / config_.page_tokens;
-    pages_needed += std::max(0, pages_want - pages_have);
+  const int32_t pt = page_tokens();
+  // Budget check first (policy none), so that a batch that does not fit changes nothing.
+  if (config_.eviction.policy == Eviction::none) {
+    for (const auto& [seq, list] : new_pos) {
+      auto it = sequences_.find(seq);
+      if (it == sequences_.end()) {
+        if (int64_t(list.size()) > config_.max_seq_tokens)
+          fail(ErrorCode::cache_full, "KV cache full: {} tokens exceed the sequence budget of {}", list.size(),
+               config_.max_seq_tokens);
+        continue;
+      }
+      for (int layer = 0; layer < config_.n_layer; ++layer) {
+        const Layer& l = it->second.layers[size_t(layer)];
+        const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
+        int32_t live = l.live;
+        if (w > 0) {
+          const int32_t first = *std::min_element(list.begin(), list.end());
+          for (int32_t p : l.pos)
+            if (p >= 0 && first - p >= w) --live;
+        }
+        if (int64_t(live) + int64_t(list.size()) > config_.max_seq_tokens)
+          fail(ErrorCode::cache_full, "KV cache full: sequence {} holds {} tokens, {} more exceed its budget of {}",
+               seq, live, list.size(), config_.max_seq_tokens);
+      }
+    }
   }
-  if (pages_needed > pool_.n_free())
-    fail(ErrorCode::cache_full, "KV cache full: the batch needs {} more pages of {} tokens, {} are free",
-         pages_needed, config_.page_tokens, pool_.n_free());
+  // Make room: sliding windows, then the eviction policy.
+  int64_t pages_needed = 0;
+  for (const auto& [seq, list] : new_pos) {
+    auto [it, inserted] = sequences_.try_emplace(seq);
+    Sequence& s = it->second;
+    if (inserted) {
+      s.layers.resize(size_t(config_.n_layer));
+      s.sink_keys.resize(size_t(config_.n_layer));
+      s.sink_orig_pos.resize(size_t(config_.n_layer));
+    }
+    const auto n = int32_t(list.size());
+    const int32_t first = *std::min_element(list.begin(), list.end());
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      Layer& l = s.layers[size_t(layer)];
+      const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
+      free_window(l, w, first);
+      evict(s, layer, n);
+      const auto cells = int64_t(l.pos.size());
+      const int64_t want = (cells + n + pt - 1) / pt;
+      pages_needed += std::max<int64_t>(0, want - int64_t(l.pages.size()));
+      if (cells % pt != 0 && pool_->refcount(l.pages.back()) > 1) ++pages_needed;  // copy on write
+    }
+  }
+  // Fail before changing anything when the pool is short.
+  if (pages_needed > pool_->stats().pages_free)
+    fail(ErrorCode::cache_full, "KV cache full: the batch needs {} more pages of {} tokens, {} are free", pages_needed,
+         pt, pool_->stats().pages_free);
 
   Placement placement;
-  for (const auto& [seq, count] : new_cells) placement.previous_cells.emplace_back(seq, n_cells(seq));
-  placement.slots.reserve(requests.size());
+  placement.slots.assign(size_t(config_.n_layer), {});
+  for (const auto& [seq, list] : new_pos) placement.first_idx.emplace_back(seq, sequences_[seq].next_idx);
+  try {
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      auto& out = placement.slots[size_t(layer)];
+      out.reserve(requests.size());
+      for (const CellRequest& r : requests) {
+        Sequence& s = sequences_[r.seq];
+        Layer& l = s.layers[size_t(layer)];
+        const auto cell = int32_t(l.pos.size());
+        if (cell % pt == 0) {
+          l.pages.push_back(pool_->acquire(1)[0]);
+        } else if (cell % pt != 0 && (cell - 1) / pt == int32_t(l.pages.size()) - 1) {
+          make_writable(l, l.pages.size() - 1);
+        }
+        l.idx.push_back(r.pos);
+        l.pos.push_back(r.pos);
+        l.score.push_back(0.0f);
+        ++l.live;
+        out.push_back(slot(l, cell));
+      }
+    }
+  } catch (...) {
+    undo(placement);
+    throw;
+  }
   for (const CellRequest& r : requests) {
     Sequence& s = sequences_[r.seq];
-    if (s.cells % config_.page_tokens == 0 && size_t(s.cells / config_.page_tokens) == s.pages.size())
-      s.pages.push_back(*pool_.acquire());  // cannot fail: counted above
-    const int32_t slot = slot_of(s, s.cells);
-    slot_pos_[size_t(slot)] = r.pos;
-    placement.slots.push_back(slot);
-    ++s.cells;
+    s.next_idx = std::max(s.next_idx, r.pos + 1);
   }
   return placement;
 }
 
 void KVCache::undo(const Placement& placement) {
-  for (const auto& [seq, cells] : placement.previous_cells) truncate(seq, cells);
+  for (const auto& [seq, first] : placement.first_idx) {
+    auto it = sequences_.find(seq);
+    if (it == sequences_.end()) continue;
+    Sequence& s = it->second;
+    for (Layer& l : s.layers) {
+      while (!l.idx.empty() && l.idx.back() >= first) {
+        if (l.pos.back() >= 0) --l.live;
+        l.idx.pop_back(), l.pos.pop_back(), l.score.pop_back();
+      }
+      const size_t pages_kept = (l.pos.size() + size_t(page_tokens()) - 1) / size_t(page_tokens());
+      while (l.pages.size() > pages_kept) {
+        pool_->release(l.pages.back());
+        l.pages.pop_back();
+      }
+    }
+    s.next_idx = std::min(s.next_idx, first);
+    if (s.next_idx == 0) {
+      release_all(s);
+      sequences_.erase(it);
+    }
+  }
 }
 
-void KVCache::truncate(int32_t seq, int32_t n_cells) {
+// ---- tables for the attention op ----
+
+void KVCache::layer_tables(int layer, std::span<const int32_t> seqs, LayerTables& out) const {
+  out.max_pages = 1;
+  out.max_cells = 1;
+  for (int32_t seq : seqs) {
+    auto it = sequences_.find(seq);
+    if (it == sequences_.end()) continue;
+    const Layer& l = it->second.layers[size_t(layer)];
+    out.max_pages = std::max<int64_t>(out.max_pages, int64_t(l.pages.size()));
+    out.max_cells = std::max<int64_t>(out.max_cells, int64_t(l.pos.size()));
+  }
+  const auto rows = seqs.size();
+  out.page_table.assign(rows * size_t(out.max_pages), 0);
+  out.cell_pos.assign(rows * size_t(out.max_cells), -1);
+  out.cells.assign(rows, 0);
+  for (size_t r = 0; r < rows; ++r) {
+    auto it = sequences_.find(seqs[r]);
+    if (it == sequences_.end()) continue;
+    const Layer& l = it->second.layers[size_t(layer)];
+    std::copy(l.pages.begin(), l.pages.end(), out.page_table.begin() + long(r * size_t(out.max_pages)));
+    std::copy(l.pos.begin(), l.pos.end(), out.cell_pos.begin() + long(r * size_t(out.max_cells)));
+    out.cells[r] = int32_t(l.pos.size());
+  }
+}
+
+void KVCache::add_scores(int layer, std::span<const int32_t> seqs, int64_t max_cells, int n_head_kv,
+                         std::span<const float> scores) {
+  for (size_t r = 0; r < seqs.size(); ++r) {
+    auto it = sequences_.find(seqs[r]);
+    if (it == sequences_.end()) continue;
+    Layer& l = it->second.layers[size_t(layer)];
+    const float* row = scores.data() + r * size_t(max_cells * n_head_kv);
+    for (size_t c = 0; c < l.score.size(); ++c)
+      for (int h = 0; h < n_head_kv; ++h) l.score[c] += row[c * size_t(n_head_kv) + size_t(h)];
+  }
+}
+
+std::vector<SinkMove> KVCache::take_sink_moves(int32_t seq) {
+  std::vector<SinkMove> moves;
   auto it = sequences_.find(seq);
-  if (it == sequences_.end()) {
-    require(n_cells == 0, "sequence {} holds no tokens; cannot keep {}", seq, n_cells);
-    return;
-  }
+  if (it == sequences_.end()) return moves;
   Sequence& s = it->second;
-  require(n_cells >= 0 && n_cells <= s.cells, "sequence {} holds {} tokens; cannot keep {}", seq, s.cells, n_cells);
-  for (int32_t c = n_cells; c < s.cells; ++c) slot_pos_[size_t(slot_of(s, c))] = -1;
-  s.cells = n_cells;
-  const size_t pages_kept = size_t((n_cells + config_.page_tokens - 1) / config_.page_tokens);
-  while (s.pages.size() > pages_kept) {
-    pool_.release(s.pages.back());
-    s.pages.pop_back();
+  const int64_t width = pool_->config().k_width;
+  for (const auto& [layer, cell] : s.moved) {
+    const Layer& l = s.layers[size_t(layer)];
+    if (size_t(cell) >= l.pos.size() || l.pos[size_t(cell)] < 0) continue;
+    const auto& orig = s.sink_orig_pos[size_t(layer)];
+    const auto at = std::find(orig.begin(), orig.end(), l.idx[size_t(cell)]);
+    if (at == orig.end()) continue;
+    const auto k = size_t(at - orig.begin());
+    moves.push_back({layer, slot(l, cell), l.pos[size_t(cell)] - l.idx[size_t(cell)],
+                     s.sink_keys[size_t(layer)].data() + k * size_t(width)});
   }
-  if (s.cells == 0) sequences_.erase(it);
+  s.moved.clear();
+  return moves;
 }
 
-void KVCache::remove(int32_t seq) { truncate(seq, 0); }
+// ---- rewind, removal, fork ----
+
+bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
+  require(n_tokens >= 0, "rewind: position must be >= 0, got {}", n_tokens);
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return n_tokens == 0;
+  Sequence& s = it->second;
+  bool exact = true;
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    Layer& l = s.layers[size_t(layer)];
+    bool holes = false;
+    for (size_t c = 0; c < l.pos.size(); ++c) {
+      if (l.idx[c] < n_tokens) continue;
+      if (l.pos[c] >= 0) --l.live;
+      l.pos[c] = -1;
+      holes = true;
+    }
+    if (holes) compact(l);
+    const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
+    // What a query at n_tokens needs: everything before it, or its window.
+    const int32_t needed_from = config_.eviction.policy != Eviction::none ? n_tokens
+                                : w > 0                                   ? n_tokens - w + 1
+                                                                          : 0;
+    if (l.dropped_max >= needed_from) exact = false;
+  }
+  s.next_idx = std::min(s.next_idx, n_tokens);
+  if (s.next_idx == 0) remove(seq);
+  return exact;
+}
+
+void KVCache::release_all(Sequence& s) {
+  for (Layer& l : s.layers)
+    for (int32_t p : l.pages) pool_->release(p);
+  for (Layer& l : s.layers) l.pages.clear();
+}
+
+void KVCache::remove(int32_t seq) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return;
+  release_all(it->second);
+  sequences_.erase(it);
+}
 
 void KVCache::clear() {
   while (!sequences_.empty()) remove(sequences_.begin()->first);
+}
+
+void KVCache::fork_from(const KVCache& from, int32_t src, int32_t dst) {
+  if (from.pool_ != pool_) fail(ErrorCode::invalid_argument, "fork: the two caches use different page pools");
+  if (from.config_.n_layer != config_.n_layer) fail(ErrorCode::invalid_argument, "fork: layer counts differ");
+  remove(dst);
+  auto it = from.sequences_.find(src);
+  if (it == from.sequences_.end()) return;
+  Sequence copy = it->second;
+  for (const Layer& l : copy.layers)
+    for (int32_t p : l.pages) pool_->retain(p);
+  sequences_[dst] = std::move(copy);
+}
+
+// ---- state ----
+
+void KVCache::save(int32_t seq, std::string& out) const {
+  const PoolConfig& pc = pool_->config();
+  put<uint32_t>(out, kBlobMagic);
+  put<uint32_t>(out, uint32_t(pc.storage));
+  put<int64_t>(out, pc.k_width);
+  put<int64_t>(out, pc.v_width);
+  put<int32_t>(out, pc.page_tokens);
+  put<int32_t>(out, config_.n_layer);
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    put<int32_t>(out, -1);
+    return;
+  }
+  const Sequence& s = it->second;
+  put<int32_t>(out, s.next_idx);
+  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.storage, pc.v_width);
+  std::vector<std::byte> rows;
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    const Layer& l = s.layers[size_t(layer)];
+    put<int32_t>(out, l.live);
+    put<int32_t>(out, l.dropped_max);
+    put_vec(out, l.idx);
+    put_vec(out, l.pos);
+    put_vec(out, l.score);
+    put_vec(out, s.sink_keys[size_t(layer)]);
+    put_vec(out, s.sink_orig_pos[size_t(layer)]);
+    for (int32_t page : l.pages) {
+      for (const backend::Tensor* t : {&pool_->k(), &pool_->v()}) {
+        const backend::Tensor part = t->slice_rows(int64_t(page) * pc.page_tokens, pc.page_tokens);
+        rows.resize(size_t(pc.page_tokens) * (t == &pool_->k() ? k_row : v_row));
+        be_.download(part, rows.data());
+        out.append(reinterpret_cast<const char*>(rows.data()), rows.size());
+      }
+    }
+  }
+  std::vector<int32_t> moved;
+  for (const auto& [layer, cell] : s.moved) moved.push_back(layer), moved.push_back(cell);
+  put_vec(out, moved);
+}
+
+void KVCache::load(int32_t seq, std::string_view blob) {
+  require(n_cells(seq) == 0 && !sequences_.count(seq), "KV state: sequence {} is not empty", seq);
+  const PoolConfig& pc = pool_->config();
+  Reader r{blob};
+  if (r.get<uint32_t>() != kBlobMagic) fail(ErrorCode::invalid_argument, "KV state: not a KV-cache blob");
+  const auto storage = r.get<uint32_t>();
+  const auto k_width = r.get<int64_t>(), v_width = r.get<int64_t>();
+  const auto page_tokens_saved = r.get<int32_t>(), n_layer = r.get<int32_t>();
+  if (storage != uint32_t(pc.storage) || k_width != pc.k_width || v_width != pc.v_width ||
+      page_tokens_saved != pc.page_tokens || n_layer != config_.n_layer)
+    fail(ErrorCode::invalid_argument,
+         "KV state: saved with storage {}, rows {}/{}, pages of {}, {} layers; this cache has {}, {}/{}, {}, {}",
+         storage, k_width, v_width, page_tokens_saved, n_layer, quant::type_name(pc.storage), pc.k_width, pc.v_width,
+         pc.page_tokens, config_.n_layer);
+  const auto next_idx = r.get<int32_t>();
+  if (next_idx < 0) return;
+  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.storage, pc.v_width);
+  const size_t limit = size_t(pc.n_pages) * size_t(pc.page_tokens);
+  Sequence s;
+  s.next_idx = next_idx;
+  s.layers.resize(size_t(n_layer));
+  s.sink_keys.resize(size_t(n_layer));
+  s.sink_orig_pos.resize(size_t(n_layer));
+  try {
+    for (int layer = 0; layer < n_layer; ++layer) {
+      Layer& l = s.layers[size_t(layer)];
+      l.live = r.get<int32_t>();
+      l.dropped_max = r.get<int32_t>();
+      l.idx = r.get_vec<int32_t>(limit);
+      l.pos = r.get_vec<int32_t>(limit);
+      l.score = r.get_vec<float>(limit);
+      s.sink_keys[size_t(layer)] = r.get_vec<float>(size_t(1) << 26);
+      s.sink_orig_pos[size_t(layer)] = r.get_vec<int32_t>(1 << 20);
+      int32_t live = 0;
+      for (int32_t p : l.pos) live += p >= 0;
+      if (l.pos.size() != l.idx.size() || l.score.size() != l.idx.size() || live != l.live ||
+          s.sink_keys[size_t(layer)].size() != s.sink_orig_pos[size_t(layer)].size() * size_t(pc.k_width))
+        fail(ErrorCode::invalid_argument, "KV state: inconsistent tables in layer {}", layer);
+      const auto n_pages = int32_t((l.pos.size() + size_t(pc.page_tokens) - 1) / size_t(pc.page_tokens));
+      r.need(size_t(n_pages) * size_t(pc.page_tokens) * (k_row + v_row));
+      l.pages = pool_->acquire(n_pages);
+      for (int32_t page : l.pages) {
+        for (const backend::Tensor* t : {&pool_->k(), &pool_->v()}) {
+          const backend::Tensor part = t->slice_rows(int64_t(page) * pc.page_tokens, pc.page_tokens);
+          const size_t bytes = size_t(pc.page_tokens) * (t == &pool_->k() ? k_row : v_row);
+          r.need(bytes);
+          be_.upload(part, blob.data() + r.at);
+          r.at += bytes;
+        }
+      }
+    }
+    const auto moved = r.get_vec<int32_t>(1 << 24);
+    for (size_t i = 0; i + 1 < moved.size(); i += 2) {
+      if (moved[i] < 0 || moved[i] >= n_layer) fail(ErrorCode::invalid_argument, "KV state: bad sink record");
+      s.moved.emplace_back(moved[i], moved[i + 1]);
+    }
+    if (r.at != blob.size()) fail(ErrorCode::invalid_argument, "KV state: {} unexpected trailing bytes", blob.size() - r.at);
+  } catch (...) {
+    release_all(s);
+    throw;
+  }
+  sequences_[seq] = std::move(s);
+}
+
+void KVCache::check_invariants(std::map<int32_t, int32_t>* refs) const {
+  const int32_t pt = page_tokens();
+  for (const auto& [id, s] : sequences_) {
+    if (int(s.layers.size()) != config_.n_layer) fail(ErrorCode::internal, "sequence {}: wrong layer count", id);
+    for (size_t li = 0; li < s.layers.size(); ++li) {
+      const Layer& l = s.layers[li];
+      if (l.idx.size() != l.pos.size() || l.score.size() != l.pos.size())
+        fail(ErrorCode::internal, "sequence {} layer {}: table sizes differ", id, li);
+      if (l.pages.size() != (l.pos.size() + size_t(pt) - 1) / size_t(pt))
+        fail(ErrorCode::internal, "sequence {} layer {}: {} pages for {} cells", id, li, l.pages.size(), l.pos.size());
+      int32_t live = 0;
+      std::set<int32_t> seen_idx;
+      for (size_t c = 0; c < l.pos.size(); ++c) {
+        if (l.pos[c] < 0) continue;
+        ++live;
+        if (!seen_idx.insert(l.idx[c]).second)
+          fail(ErrorCode::internal, "sequence {} layer {}: token {} held twice", id, li, l.idx[c]);
+        if (l.idx[c] >= s.next_idx) fail(ErrorCode::internal, "sequence {} layer {}: token beyond next index", id, li);
+      }
+      if (live != l.live) fail(ErrorCode::internal, "sequence {} layer {}: live count {} != {}", id, li, l.live, live);
+      if (live > config_.max_seq_tokens)
+        fail(ErrorCode::internal, "sequence {} layer {}: {} cells exceed the budget", id, li, live);
+      std::set<int32_t> pages(l.pages.begin(), l.pages.end());
+      if (pages.size() != l.pages.size()) fail(ErrorCode::internal, "sequence {} layer {}: a page twice", id, li);
+      for (int32_t p : l.pages) {
+        if (pool_->refcount(p) <= 0) fail(ErrorCode::internal, "sequence {} holds free page {}", id, p);
+        if (refs) ++(*refs)[p];
+      }
+    }
+  }
 }
 
 }  // namespace ember::kv

@@ -1,17 +1,29 @@
-// The paged KV cache: per-layer key and value storage on a backend, a page pool,
-// and one page table per sequence.
+// The paged KV cache of one or more sequences, over a (possibly shared) page Pool.
 //
-// Storage per layer: K and V tensors of [n_pages * page_tokens, n_head_kv * head_dim]
-// in the storage type (F16 or F32). Cell c of a sequence lives in slot
-//   page_table[c / page_tokens] * page_tokens + c % page_tokens.
-// The host keeps the authoritative tables (pages, cell counts, the position stored
-// in each slot); the model uploads the parts a forward pass needs.
+// Every layer of every sequence has its own page table and its own list of cells;
+// cell c of a layer lives in pool row  pages[c / page_tokens] * page_tokens + c % page_tokens.
+// A cell records two numbers:
+//   idx  the token's index in its sequence (its original position), and
+//   pos  the position attention uses: equal to idx, except for StreamingLLM's sinks,
+//        which are moved to sit just before the window (see docs/kv-cache.md).
+// Empty cells (evicted, or freed by a sliding window) hold pos = -1.
+//
+// Layers drop cells on their own: a sliding-window layer frees the pages whose cells
+// no future query can see, and an eviction policy keeps a session's cache within its
+// budget (max_seq_tokens) per layer:
+//   none       a batch that does not fit throws cache_full and changes nothing
+//   streaming  keep the first `sinks` tokens and the most recent ones (StreamingLLM)
+//   h2o        keep the `heavy` tokens with the largest accumulated attention plus the
+//              `recent` most recent ones (H2O); the scores come from the attention op
+// The host holds the authoritative tables; the model uploads the part a forward pass
+// needs (layer_tables).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -19,14 +31,27 @@
 
 namespace ember::kv {
 
+enum class Eviction { none, streaming, h2o };
+
+struct EvictionConfig {
+  Eviction policy = Eviction::none;
+  int32_t sinks = 4;       // streaming: first tokens always kept
+  int32_t heavy = 0;       // h2o: tokens kept for their accumulated attention
+  int32_t recent = 0;      // h2o: most recent tokens always kept
+};
+
 struct CacheConfig {
   int n_layer = 0;
-  int64_t k_width = 0;             // n_head_kv * key head dim
-  int64_t v_width = 0;             // n_head_kv * value head dim
-  quant::DType storage = quant::DType::f16;  // F16 or F32
-  int32_t page_tokens = 16;        // cells per page, > 0
-  int32_t max_tokens = 4096;       // total cells over all sequences (rounded up to whole pages)
-  int32_t max_seq_tokens = 4096;   // cells one sequence may hold
+  // Per layer: 0 for full attention, else the sliding window (cells outside it are
+  // freed). Empty means 0 for every layer.
+  std::vector<int32_t> layer_window;
+  int32_t max_seq_tokens = 4096;  // budget: most cells one sequence holds in one layer
+  EvictionConfig eviction;
+  // Used only by the constructor that makes its own pool:
+  int64_t k_width = 0, v_width = 0;
+  quant::DType storage = quant::DType::f16;
+  int32_t page_tokens = 16;
+  int32_t max_tokens = 4096;  // pool size in cells per layer (rounded up to whole pages)
 };
 
 // One new token for the cache: the sequence it extends and its position.
@@ -35,56 +60,131 @@ struct CellRequest {
   int32_t pos = 0;
 };
 
-// Where a batch's tokens went; enough to undo it.
+// Where a batch's tokens went, per layer; enough to roll it back.
 struct Placement {
-  std::vector<int32_t> slots;                   // per token
-  std::vector<std::pair<int32_t, int32_t>> previous_cells;  // (seq, cells before) per touched sequence
+  std::vector<std::vector<int32_t>> slots;            // [layer][token]
+  std::vector<std::pair<int32_t, int32_t>> first_idx;  // (seq, index of its first new token)
+};
+
+// A sink row that moved: rewrite `slot` as the original key rotated by `delta` positions.
+struct SinkMove {
+  int layer = 0;
+  int32_t slot = 0;
+  int32_t delta = 0;
+  const float* original = nullptr;  // [k_width] f32, as first stored
+};
+
+// Memory held by one sequence (pages counted once per layer that references them).
+struct SeqStats {
+  int32_t tokens = 0;        // cells in use in the fullest layer
+  int32_t pages = 0;         // pages referenced over all layers
+  int32_t shared_pages = 0;  // of which shared with another sequence or session
 };
 
 class KVCache {
  public:
+  // A cache over a shared pool; `backend` runs the row copies (copy on write,
+  // compaction). Throws invalid_argument for a bad configuration.
+  KVCache(std::shared_ptr<Pool> pool, backend::Backend& backend, const CacheConfig& config);
+  // A cache with its own pool of config.max_tokens cells per layer.
   KVCache(backend::Backend& backend, const CacheConfig& config);
+  ~KVCache();
 
   const CacheConfig& config() const { return config_; }
-  int32_t n_slots() const { return pool_.n_pages() * config_.page_tokens; }
-  int32_t free_cells() const { return pool_.n_free() * config_.page_tokens; }
-  size_t bytes() const;
+  int32_t page_tokens() const { return pool_->config().page_tokens; }
+  const Pool& pool() const { return *pool_; }
+  const std::shared_ptr<Pool>& shared_pool() const { return pool_; }
+  backend::Tensor k() const { return pool_->k(); }
+  backend::Tensor v() const { return pool_->v(); }
 
-  // Cells held by a sequence (0 for an unknown id).
+  // Tokens held by a sequence: live cells of its fullest layer (0 for an unknown id).
   int32_t n_cells(int32_t seq) const;
-  std::span<const int32_t> pages(int32_t seq) const;
-  // Position stored in each slot, -1 when empty: [n_slots].
-  std::span<const int32_t> slot_positions() const { return slot_pos_; }
-  // Sequences currently holding cells.
+  // Index of the next token of the sequence (one past the largest idx placed), 0 if none.
+  int32_t next_index(int32_t seq) const;
   std::vector<int32_t> sequences() const;
+  SeqStats stats(int32_t seq) const;
 
-  // Appends one cell per request, in order, to its sequence. Throws cache_full
-  // (or invalid_argument for a negative seq/pos) leaving the cache unchanged.
+  // Makes room (sliding windows, eviction) and appends one cell per request, in order,
+  // in every layer. Throws cache_full (budget or pool) or invalid_argument; then the
+  // cache holds what it held before, except that evictions needed for the batch stay.
   Placement place(std::span<const CellRequest> requests);
-  // Undoes a placement (used when the forward pass that followed it failed).
+  // Removes the cells a placement added (used when the forward pass that followed failed).
   void undo(const Placement& placement);
 
-  // Keeps the first `n_cells` cells of a sequence and frees the rest (rewind).
-  void truncate(int32_t seq, int32_t n_cells);
+  // The tables attention needs for `seqs` in one layer, one row per sequence.
+  struct LayerTables {
+    int64_t max_pages = 1, max_cells = 1;
+    std::vector<int32_t> page_table;  // [rows, max_pages]
+    std::vector<int32_t> cell_pos;    // [rows, max_cells]
+    std::vector<int32_t> cells;       // [rows]
+  };
+  void layer_tables(int layer, std::span<const int32_t> seqs, LayerTables& out) const;
+
+  // H2O: adds attention received, [max_cells * n_head_kv] per row as layer_tables laid them out.
+  void add_scores(int layer, std::span<const int32_t> seqs, int64_t max_cells, int n_head_kv,
+                  std::span<const float> scores);
+
+  // StreamingLLM sinks whose position changed since the last call, with their original
+  // key rows (which the cache captures from the pool before the first move).
+  std::vector<SinkMove> take_sink_moves(int32_t seq);
+
+  // Rewind: keeps the tokens with idx < n_tokens. Returns false when the cells left
+  // do not hold everything a query at n_tokens would see (a window or an eviction
+  // dropped some): the caller must then recompute.
+  bool truncate(int32_t seq, int32_t n_tokens);
   void remove(int32_t seq);
   void clear();
 
-  backend::Tensor k(int layer) const { return k_[size_t(layer)]; }
-  backend::Tensor v(int layer) const { return v_[size_t(layer)]; }
+  // Copies sequence `src` of `from` into sequence `dst` of this cache (which must use
+  // the same pool), sharing every page; writes copy a shared page first.
+  void fork_from(const KVCache& from, int32_t src, int32_t dst);
+
+  // Serialises one sequence (tables and the rows of its cells) / restores it into `seq`
+  // (which must be empty). Throws invalid_argument for a blob that does not fit.
+  void save(int32_t seq, std::string& out) const;
+  void load(int32_t seq, std::string_view blob);
+
+  // Checks each sequence's tables (tests); throws internal. Adds one count per page
+  // reference to `refs`, so that a test can compare the sum over caches with the pool.
+  void check_invariants(std::map<int32_t, int32_t>* refs = nullptr) const;
 
  private:
-  struct Sequence {
+  struct Layer {
     std::vector<int32_t> pages;
-    int32_t cells = 0;
+    std::vector<int32_t> idx;    // per cell
+    std::vector<int32_t> pos;    // per cell, -1 = empty
+    std::vector<float> score;    // per cell (h2o)
+    int32_t live = 0;
+    int32_t dropped_max = -1;    // largest idx dropped by a window or an eviction
   };
-  int32_t slot_of(const Sequence& s, int32_t cell) const;
+  struct Sequence {
+    std::vector<Layer> layers;
+    int32_t next_idx = 0;
+    // StreamingLLM: original key rows of the sinks per layer, and pending moves.
+    std::vector<std::vector<float>> sink_keys;
+    std::vector<std::vector<int32_t>> sink_orig_pos;
+    std::vector<std::pair<int, int32_t>> moved;  // (layer, cell)
+  };
 
+  int32_t slot(const Layer& l, int32_t cell) const {
+    return l.pages[size_t(cell / page_tokens())] * page_tokens() + cell % page_tokens();
+  }
+  void validate_config() const;
+  void free_window(Layer& l, int32_t window, int32_t first_new_pos);
+  void evict(Sequence& s, int layer, int32_t n_new);
+  void evict_streaming(Sequence& s, int layer, int32_t n_drop);
+  void evict_h2o(Layer& l, int32_t n_new, int32_t n_drop);
+  void compact(Layer& l);
+  void drop_empty_pages(Layer& l);
+  void make_writable(Layer& l, size_t page_index);
+  void copy_pool_rows(std::span<const int32_t> from, std::span<const int32_t> to);
+  void release_all(Sequence& s);
+
+  std::shared_ptr<Pool> pool_;
+  backend::Backend& be_;
   CacheConfig config_;
-  PagePool pool_;
   std::map<int32_t, Sequence> sequences_;
-  std::vector<int32_t> slot_pos_;
-  std::vector<std::unique_ptr<backend::Buffer>> buffers_;
-  std::vector<backend::Tensor> k_, v_;
+  std::unique_ptr<backend::Buffer> scratch_;  // row indices for copy_rows
 };
 
 }  // namespace ember::kv

@@ -1,6 +1,7 @@
 #include "kv/page_pool.hpp"
 
 #include "common/fail.hpp"
+#include "quant/dtype.hpp"
 
 namespace ember::kv {
 
@@ -32,6 +33,73 @@ void PagePool::retain(int32_t page) {
 void PagePool::release(int32_t page) {
   if (refcount(page) <= 0) fail(ErrorCode::internal, "release of free page {}", page);
   if (--refcount_[size_t(page)] == 0) free_.push_back(page);
+}
+
+namespace {
+int32_t checked_pages(const PoolConfig& c) {
+  require(c.page_tokens > 0 && c.page_tokens <= 4096, "KV cache: page_tokens must be in [1, 4096], got {}",
+          c.page_tokens);
+  require(c.n_pages > 0, "KV cache: the pool needs at least one page, got {}", c.n_pages);
+  require(c.k_width > 0 && c.v_width > 0, "KV cache: empty row width");
+  require(quant::is_kv_storage_type(c.storage), "KV cache: {} is not a KV storage type",
+          quant::type_name(c.storage));
+  const auto& info = quant::type_info(c.storage);
+  require(c.k_width % info.block_elems == 0 && c.v_width % info.block_elems == 0,
+          "KV cache: rows of {}/{} values are not whole groups of {} for {}", c.k_width, c.v_width, info.block_elems,
+          info.name);
+  return c.n_pages;
+}
+}  // namespace
+
+Pool::Pool(backend::Backend& backend, const PoolConfig& config) : config_(config), pages_(checked_pages(config)) {
+  const int64_t rows = int64_t(config.n_pages) * config.page_tokens;
+  const size_t k_bytes = quant::row_bytes(config.storage, config.k_width) * size_t(rows);
+  const size_t v_bytes = quant::row_bytes(config.storage, config.v_width) * size_t(rows);
+  buffer_ = backend.allocate(k_bytes + v_bytes);
+  k_ = backend::make_tensor(*buffer_, 0, config.storage, rows, config.k_width);
+  v_ = backend::make_tensor(*buffer_, k_bytes, config.storage, rows, config.v_width);
+}
+
+size_t Pool::page_bytes() const {
+  return (quant::row_bytes(config_.storage, config_.k_width) + quant::row_bytes(config_.storage, config_.v_width)) *
+         size_t(config_.page_tokens);
+}
+
+PoolStats Pool::stats() const {
+  std::lock_guard lock(mutex_);
+  PoolStats s;
+  s.page_tokens = config_.page_tokens;
+  s.pages_total = pages_.n_pages();
+  s.pages_free = pages_.n_free();
+  s.pages_used = s.pages_total - s.pages_free;
+  s.page_bytes = page_bytes();
+  return s;
+}
+
+int32_t Pool::refcount(int32_t page) const {
+  std::lock_guard lock(mutex_);
+  return pages_.refcount(page);
+}
+
+std::vector<int32_t> Pool::acquire(int32_t n) {
+  std::lock_guard lock(mutex_);
+  if (n > pages_.n_free())
+    fail(ErrorCode::cache_full, "KV cache full: {} more pages of {} tokens are needed, {} of {} are free", n,
+         config_.page_tokens, pages_.n_free(), pages_.n_pages());
+  std::vector<int32_t> out;
+  out.reserve(size_t(std::max(n, 0)));
+  for (int32_t i = 0; i < n; ++i) out.push_back(*pages_.acquire());
+  return out;
+}
+
+void Pool::retain(int32_t page) {
+  std::lock_guard lock(mutex_);
+  pages_.retain(page);
+}
+
+void Pool::release(int32_t page) {
+  std::lock_guard lock(mutex_);
+  pages_.release(page);
 }
 
 }  // namespace ember::kv

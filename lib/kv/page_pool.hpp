@@ -1,16 +1,30 @@
-// Fixed pool of KV-cache pages with reference counts.
+// KV-cache pages: a fixed pool of reference-counted pages and the storage behind them.
 //
-// A page holds `page_tokens` consecutive cells of one sequence in every layer.
-// Pages are reference-counted so that sequences can later share a prefix and
-// copy on write; a page returns to the free list when its count drops to zero.
+// A page holds `page_tokens` consecutive cells of ONE layer of one sequence: the
+// key row and the value row of each cell. All layers draw from the same pool, so a
+// sliding-window layer that frees its old pages hands them to any other layer or
+// session. Pages are reference-counted so that forked sessions share a prefix and
+// copy a page only when they write into it; a page returns to the free list when
+// its count drops to zero.
+//
+// Storage: one K tensor and one V tensor of [n_pages * page_tokens, width] rows in
+// the storage type; page p owns rows [p * page_tokens, (p + 1) * page_tokens).
+// Pages are allocated and released under a mutex: several sessions on different
+// threads share one Pool. Each page is written only by the session holding it
+// alone, so the rows themselves need no lock.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "backend/backend.hpp"
+
 namespace ember::kv {
 
+// The allocator alone (not thread-safe; Pool wraps it in a mutex).
 class PagePool {
  public:
   explicit PagePool(int32_t n_pages);
@@ -27,6 +41,50 @@ class PagePool {
  private:
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;  // a stack; the lowest ids are handed out first
+};
+
+struct PoolConfig {
+  int64_t k_width = 0;                       // n_head_kv * key head dim (the same in every layer)
+  int64_t v_width = 0;                       // n_head_kv * value head dim
+  quant::DType storage = quant::DType::f16;  // any quant::is_kv_storage_type
+  int32_t page_tokens = 16;                  // cells per page, > 0
+  int32_t n_pages = 0;                       // pages in the pool, > 0
+};
+
+// Memory figures of a pool (all layers, all sessions).
+struct PoolStats {
+  int32_t page_tokens = 0;
+  int32_t pages_total = 0, pages_used = 0, pages_free = 0;
+  size_t page_bytes = 0;  // K and V rows of one page
+  size_t bytes_total() const { return size_t(pages_total) * page_bytes; }
+  size_t bytes_used() const { return size_t(pages_used) * page_bytes; }
+};
+
+class Pool {
+ public:
+  // Reserves the storage on `backend` (host backends commit memory only when a page
+  // is first written). Throws invalid_argument for a bad configuration.
+  Pool(backend::Backend& backend, const PoolConfig& config);
+
+  const PoolConfig& config() const { return config_; }
+  size_t page_bytes() const;
+  PoolStats stats() const;
+  int32_t refcount(int32_t page) const;
+
+  // `n` pages at once, or cache_full (and nothing taken) when fewer are free.
+  std::vector<int32_t> acquire(int32_t n);
+  void retain(int32_t page);
+  void release(int32_t page);
+
+  const backend::Tensor& k() const { return k_; }
+  const backend::Tensor& v() const { return v_; }
+
+ private:
+  PoolConfig config_;
+  mutable std::mutex mutex_;
+  PagePool pages_;
+  std::unique_ptr<backend::Buffer> buffer_;
+  backend::Tensor k_, v_;
 };
 
 }  // namespace ember::kv

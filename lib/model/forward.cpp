@@ -21,10 +21,12 @@ using backend::DType;
 // Activation and index tensors for up to `capacity` tokens; reallocated when a
 // larger chunk or cache arrives.
 struct Forward::Workspace {
-  int64_t capacity = 0, out_capacity = 0, row_capacity = 0, page_capacity = 0, slot_capacity = 0;
+  int64_t capacity = 0, out_capacity = 0, row_capacity = 0, page_capacity = 0, cell_capacity = 0;
+  bool scores = false;
   std::unique_ptr<backend::Buffer> buffer;
   Tensor ids, pos, slots, token_seq, out_rows;  // i32 [n, 1]
-  Tensor page_table, seq_cells, slot_pos;       // i32 [rows, pages], [rows, 1], [slots, 1]
+  Tensor page_table, seq_cells, cell_pos;       // i32 [rows, pages], [rows, 1], [rows, cells]
+  Tensor score_acc;                             // f32 [rows, cells * n_head_kv] (H2O only)
   Tensor x, h;                                  // [n, n_embd]
   Tensor q, attn;                               // [n, n_head * hd]
   Tensor k, v;                                  // [n, n_head_kv * hd]
@@ -39,16 +41,19 @@ Forward::Forward(const HParams& hp, const Weights& weights, backend::Backend& ba
 
 Forward::~Forward() = default;
 
-void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t n_slots) {
+void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t max_cells,
+                               bool scores) {
   Workspace& ws = *ws_;
-  if (n <= ws.capacity && n_out <= ws.out_capacity && n_rows <= ws.row_capacity &&
-      n_rows * max_pages <= ws.row_capacity * ws.page_capacity && max_pages <= ws.page_capacity &&
-      n_slots == ws.slot_capacity)
+  if (n <= ws.capacity && n_out <= ws.out_capacity && n_rows <= ws.row_capacity && max_pages <= ws.page_capacity &&
+      max_cells <= ws.cell_capacity && (!scores || ws.scores))
     return;
   const int64_t cap = std::max(n, ws.capacity);
   const int64_t out_cap = std::max(n_out, ws.out_capacity);
   const int64_t row_cap = std::max(n_rows, ws.row_capacity);
-  const int64_t page_cap = std::max(max_pages, ws.page_capacity);
+  // Tables grow in steps so that a growing context does not reallocate every token.
+  const int64_t page_cap = std::max(max_pages + max_pages / 4, ws.page_capacity);
+  const int64_t cell_cap = std::max(max_cells + max_cells / 4, ws.cell_capacity);
+  const bool with_scores = scores || ws.scores;
   const int64_t q_width = int64_t(hp_.n_head) * hp_.head_dim_k;
   const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
 
@@ -61,7 +66,8 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
       {&ws.ids, DType::i32, cap, 1},           {&ws.pos, DType::i32, cap, 1},
       {&ws.slots, DType::i32, cap, 1},         {&ws.token_seq, DType::i32, cap, 1},
       {&ws.out_rows, DType::i32, out_cap, 1},  {&ws.page_table, DType::i32, row_cap, page_cap},
-      {&ws.seq_cells, DType::i32, row_cap, 1}, {&ws.slot_pos, DType::i32, n_slots, 1},
+      {&ws.seq_cells, DType::i32, row_cap, 1}, {&ws.cell_pos, DType::i32, row_cap * cell_cap, 1},
+      {&ws.score_acc, DType::f32, with_scores ? row_cap * cell_cap * hp_.n_head_kv : 1, 1},
       {&ws.x, DType::f32, cap, hp_.n_embd},    {&ws.h, DType::f32, cap, hp_.n_embd},
       {&ws.q, DType::f32, cap, q_width},       {&ws.attn, DType::f32, cap, q_width},
       {&ws.k, DType::f32, cap, kv_width},      {&ws.v, DType::f32, cap, kv_width},
@@ -82,7 +88,8 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
   ws.out_capacity = out_cap;
   ws.row_capacity = row_cap;
   ws.page_capacity = page_cap;
-  ws.slot_capacity = n_slots;
+  ws.cell_capacity = cell_cap;
+  ws.scores = with_scores;
 }
 
 void Forward::validate(std::span<const BatchToken> batch) const {
@@ -119,10 +126,10 @@ size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, std::
 size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, const LogitsSink& sink,
                     const std::atomic<bool>* cancel) {
   validate(batch);
-  // Cells each sequence held before the call: a failure in a later chunk rolls
-  // back the earlier ones too.
-  std::map<int32_t, int32_t> cells_before;
-  for (const BatchToken& t : batch) cells_before.emplace(t.seq, cache.n_cells(t.seq));
+  // Where each sequence stood before the call: a failure in a later chunk rolls back
+  // the earlier ones too (evictions they caused stay: the cache is still consistent).
+  std::map<int32_t, int32_t> next_before;
+  for (const BatchToken& t : batch) next_before.emplace(t.seq, cache.next_index(t.seq));
   size_t done = 0;
   try {
     while (done < batch.size()) {
@@ -131,7 +138,7 @@ size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, const
       done += n;
     }
   } catch (...) {
-    for (const auto& [seq, cells] : cells_before) cache.truncate(seq, cells);
+    for (const auto& [seq, next] : next_before) cache.truncate(seq, next);
     throw;
   }
   return done;
@@ -147,11 +154,10 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
     // ---- host-side tables for this chunk ----
     std::map<int32_t, int32_t> seq_row;  // sequence id -> page-table row
     for (const BatchToken& t : chunk) seq_row.emplace(t.seq, 0);
-    int32_t row = 0;
-    int64_t max_pages = 1;
+    std::vector<int32_t> row_seqs;
     for (auto& [seq, r] : seq_row) {
-      r = row++;
-      max_pages = std::max<int64_t>(max_pages, int64_t(cache.pages(seq).size()));
+      r = int32_t(row_seqs.size());
+      row_seqs.push_back(seq);
     }
     std::vector<int32_t> ids(chunk.size()), pos(chunk.size()), token_seq(chunk.size()), out_rows;
     for (size_t i = 0; i < chunk.size(); ++i) {
@@ -161,35 +167,47 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       if (chunk[i].logits) out_rows.push_back(int32_t(i));
     }
     const auto n_rows = int64_t(seq_row.size());
-    std::vector<int32_t> page_table(size_t(n_rows * max_pages), 0);
-    std::vector<int32_t> seq_cells(static_cast<size_t>(n_rows));
-    for (const auto& [seq, r] : seq_row) {
-      const auto pages = cache.pages(seq);
-      std::copy(pages.begin(), pages.end(), page_table.begin() + r * max_pages);
-      seq_cells[size_t(r)] = cache.n_cells(seq);
+    // Every layer has its own page table (sliding windows and evictions differ).
+    std::vector<kv::KVCache::LayerTables> tables(size_t(hp_.n_layer));
+    int64_t max_pages = 1, max_cells = 1;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+      cache.layer_tables(il, row_seqs, tables[size_t(il)]);
+      max_pages = std::max(max_pages, tables[size_t(il)].max_pages);
+      max_cells = std::max(max_cells, tables[size_t(il)].max_cells);
     }
+    const bool h2o = cache.config().eviction.policy == kv::Eviction::h2o;
     const auto n_out = int64_t(out_rows.size());
     ensure_workspace(n, std::min<int64_t>(std::max<int64_t>(n_out, 1), kLogitsRowsPerPass), n_rows, max_pages,
-                     cache.n_slots());
+                     max_cells, h2o);
     Workspace& ws = *ws_;
+    const int hd = hp_.head_dim_k;
+
+    // StreamingLLM sinks that moved: their keys are rotated again from the original.
+    for (int32_t seq : row_seqs) {
+      for (const kv::SinkMove& m : cache.take_sink_moves(seq)) {
+        const LayerParams& lp = hp_.layers[size_t(m.layer)];
+        const Tensor row = ws.k.slice_rows(0, 1), p1 = ws.pos.slice_rows(0, 1), s1 = ws.slots.slice_rows(0, 1);
+        be_.upload(row, m.original);
+        be_.upload(p1, &m.delta);
+        be_.upload(s1, &m.slot);
+        const backend::RopeParams rope{hp_.n_head_kv, hd, hp_.n_rot, hp_.arch->rope_mode, lp.rope_base,
+                                       lp.rope_scale};
+        ops::rope(be_, row, p1, rope, row);
+        ops::kv_store(be_, row, cache.k(), s1);
+      }
+    }
 
     const Tensor t_ids = ws.ids.slice_rows(0, n), t_pos = ws.pos.slice_rows(0, n);
     const Tensor t_slots = ws.slots.slice_rows(0, n), t_seq = ws.token_seq.slice_rows(0, n);
-    const Tensor t_pages = backend::make_tensor(*ws.buffer, ws.page_table.offset, DType::i32, n_rows, max_pages);
     const Tensor t_cells = ws.seq_cells.slice_rows(0, n_rows);
     be_.upload(t_ids, ids.data());
     be_.upload(t_pos, pos.data());
-    be_.upload(t_slots, placement.slots.data());
     be_.upload(t_seq, token_seq.data());
-    be_.upload(t_pages, page_table.data());
-    be_.upload(t_cells, seq_cells.data());
-    be_.upload(ws.slot_pos, cache.slot_positions().data());
 
     const Tensor x = ws.x.slice_rows(0, n), h = ws.h.slice_rows(0, n);
     const Tensor q = ws.q.slice_rows(0, n), attn = ws.attn.slice_rows(0, n);
     const Tensor k = ws.k.slice_rows(0, n), v = ws.v.slice_rows(0, n);
     const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
-    const int hd = hp_.head_dim_k;
 
     ops::get_rows(be_, w_.token_embd, t_ids, x);
     if (hp_.arch->scale_embeddings) ops::scale(be_, x, std::sqrt(float(hp_.n_embd)), x);
@@ -220,8 +238,15 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       ops::rope(be_, q, t_pos, rope, q);
       rope.n_head = hp_.n_head_kv;
       ops::rope(be_, k, t_pos, rope, k);
-      ops::kv_store(be_, k, cache.k(il), t_slots);
-      ops::kv_store(be_, v, cache.v(il), t_slots);
+      const kv::KVCache::LayerTables& tab = tables[size_t(il)];
+      const Tensor t_pages = backend::make_tensor(*ws.buffer, ws.page_table.offset, DType::i32, n_rows, tab.max_pages);
+      const Tensor t_cell_pos = backend::make_tensor(*ws.buffer, ws.cell_pos.offset, DType::i32, n_rows, tab.max_cells);
+      be_.upload(t_slots, placement.slots[size_t(il)].data());
+      be_.upload(t_pages, tab.page_table.data());
+      be_.upload(t_cell_pos, tab.cell_pos.data());
+      be_.upload(t_cells, tab.cells.data());
+      ops::kv_store(be_, k, cache.k(), t_slots);
+      ops::kv_store(be_, v, cache.v(), t_slots);
 
       backend::AttentionParams ap;
       ap.n_head = hp_.n_head;
@@ -229,13 +254,26 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       ap.head_dim = hd;
       ap.scale = hp_.attention_scale;
       ap.window = lp.window;
-      ap.page_tokens = cache.config().page_tokens;
+      ap.page_tokens = cache.page_tokens();
       ap.token_pos = t_pos;
       ap.token_seq = t_seq;
       ap.page_table = t_pages;
       ap.seq_cells = t_cells;
-      ap.slot_pos = ws.slot_pos;
-      ops::attention(be_, q, cache.k(il), cache.v(il), ap, attn);
+      ap.cell_pos = t_cell_pos;
+      Tensor t_scores;
+      std::vector<float> scores;
+      if (h2o) {
+        t_scores = backend::make_tensor(*ws.buffer, ws.score_acc.offset, DType::f32, n_rows,
+                                        tab.max_cells * hp_.n_head_kv);
+        scores.assign(size_t(t_scores.rows * t_scores.cols), 0.0f);
+        be_.upload(t_scores, scores.data());
+        ap.score_acc = t_scores;
+      }
+      ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
+      if (h2o) {
+        be_.download(t_scores, scores.data());
+        cache.add_scores(il, row_seqs, tab.max_cells, hp_.n_head_kv, scores);
+      }
 
       ops::matmul(be_, L.wo, attn, h);
       if (!L.bo.empty()) ops::add(be_, h, L.bo, h);

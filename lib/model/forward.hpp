@@ -60,7 +60,8 @@ class Forward {
   // Returns false when cancelled (the chunk's cells are then undone).
   bool run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, size_t first_index, const LogitsSink& sink,
                  const std::atomic<bool>* cancel);
-  void ensure_workspace(int64_t n_tokens, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t n_slots);
+  void ensure_workspace(int64_t n_tokens, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t max_cells,
+                        bool scores);
 
   const HParams& hp_;
   const Weights& w_;

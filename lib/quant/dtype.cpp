@@ -42,6 +42,14 @@ constexpr std::array<TypeInfo, 31> kTypes{{
     {DType::tq2_0, "TQ2_0", 256, 66, false},
 }};
 
+// KV-cache storage types (quant/kv_formats.hpp): block = one group.
+constexpr std::array<TypeInfo, 4> kKvTypes{{
+    {DType::kv_q8_g32, "KV_Q8_G32", 32, 34, false},
+    {DType::kv_q8_g64, "KV_Q8_G64", 64, 66, false},
+    {DType::kv_q4_g32, "KV_Q4_G32", 32, 20, false},
+    {DType::kv_q4_g64, "KV_Q4_G64", 64, 36, false},
+}};
+
 constexpr std::array<DType, 11> kWeightTypes{DType::f32,  DType::f16,  DType::bf16, DType::q8_0,
                                              DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
                                              DType::q4_k, DType::q5_k, DType::q6_k};
@@ -54,8 +62,17 @@ std::optional<TypeInfo> type_info_from_id(uint32_t id) {
   return std::nullopt;
 }
 
+bool is_kv_storage_type(DType type) {
+  if (type == DType::f32 || type == DType::f16) return true;
+  for (const TypeInfo& info : kKvTypes)
+    if (info.type == type) return true;
+  return false;
+}
+
 const TypeInfo& type_info(DType type) {
   for (const TypeInfo& info : kTypes)
+    if (info.type == type) return info;
+  for (const TypeInfo& info : kKvTypes)
     if (info.type == type) return info;
   fail(ErrorCode::internal, "type_info: unknown DType {}", static_cast<uint32_t>(type));
 }

@@ -47,6 +47,12 @@ enum class DType : uint32_t {
   bf16 = 30,
   tq1_0 = 34,
   tq2_0 = 35,
+  // ember's own KV-cache storage types (quant/kv_formats.hpp). They never appear in a
+  // GGUF file: type_info_from_id() does not know their ids.
+  kv_q8_g32 = 1000,  // INT8, one f16 scale per 32 values
+  kv_q8_g64 = 1001,  // INT8, one f16 scale per 64 values
+  kv_q4_g32 = 1002,  // INT4, f16 scale and minimum per 32 values
+  kv_q4_g64 = 1003,  // INT4, f16 scale and minimum per 64 values
 };
 
 // Layout of one type: `block_elems` consecutive values are stored in `block_bytes`.
@@ -65,6 +71,9 @@ const TypeInfo& type_info(DType type);
 inline std::string_view type_name(DType type) { return type_info(type).name; }
 // Every type ember can use as weights (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 std::span<const DType> weight_types();
+
+// Types a KV cache can be stored in: F32, F16 and the kv_* types.
+bool is_kv_storage_type(DType type);
 
 // Bytes of a row of `n` values; `n` must be a multiple of block_elems.
 inline size_t row_bytes(DType type, int64_t n) {

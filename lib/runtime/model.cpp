@@ -93,6 +93,10 @@ Model::~Model() = default;
 std::shared_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
   require(options.threads >= 0 && options.threads <= 1024, "ModelOptions::threads must be in [0, 1024], got {}",
           options.threads);
+  require(options.kv_page_tokens >= 1 && options.kv_page_tokens <= 4096,
+          "ModelOptions::kv_page_tokens must be in [1, 4096], got {}", options.kv_page_tokens);
+  require(options.kv_pool_tokens >= 0 && options.kv_pool_tokens <= (int64_t(1) << 28),
+          "ModelOptions::kv_pool_tokens must be in [0, 2^28], got {}", options.kv_pool_tokens);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->logger = runtime::Logger(options.log);
@@ -136,6 +140,63 @@ std::shared_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   impl->info.chat_template = runtime::detect_chat_format(*file);
   report(options, 1.0f);
   return std::shared_ptr<Model>(new Model(std::move(impl)));
+}
+
+std::shared_ptr<kv::Pool> Model::Impl::kv_pool(quant::DType storage) const {
+  std::lock_guard lock(kv_mutex);
+  auto& pool = kv_pools[storage];
+  if (!pool) {
+    const model::HParams& hp = loaded->hparams;
+    const int64_t tokens =
+        options.kv_pool_tokens > 0 ? options.kv_pool_tokens : 4 * std::min<int64_t>(hp.n_ctx_train, 32768);
+    kv::PoolConfig pc;
+    pc.k_width = pc.v_width = int64_t(hp.n_head_kv) * hp.head_dim_k;
+    pc.storage = storage;
+    pc.page_tokens = options.kv_page_tokens;
+    const int64_t pages = (tokens + pc.page_tokens - 1) / pc.page_tokens * hp.n_layer;
+    require(pages <= INT32_MAX, "ModelOptions::kv_pool_tokens: {} pages are too many", pages);
+    pc.n_pages = int32_t(pages);
+    pool = std::make_shared<kv::Pool>(*owner_backend, pc);
+    logger.debug("KV pool {}: {} pages of {} tokens, {:.1f} MiB reserved", quant::type_name(storage), pc.n_pages,
+                 pc.page_tokens, double(pool->stats().bytes_total()) / (1 << 20));
+  }
+  return pool;
+}
+
+quant::DType runtime::kv_dtype(KVStorage storage, int32_t group_size) {
+  if (storage == KVStorage::int8 || storage == KVStorage::int4)
+    require(group_size == 32 || group_size == 64, "KVCacheOptions::group_size must be 32 or 64, got {}", group_size);
+  switch (storage) {
+    case KVStorage::f16: return quant::DType::f16;
+    case KVStorage::f32: return quant::DType::f32;
+    case KVStorage::int8: return group_size == 32 ? quant::DType::kv_q8_g32 : quant::DType::kv_q8_g64;
+    case KVStorage::int4: return group_size == 32 ? quant::DType::kv_q4_g32 : quant::DType::kv_q4_g64;
+  }
+  fail(ErrorCode::invalid_argument, "KVCacheOptions::storage has an unknown value {}", int(storage));
+}
+
+size_t Model::kv_bytes_per_token(KVStorage storage, int32_t group_size) const {
+  if (!impl_->loaded) return 0;
+  const model::HParams& hp = impl_->loaded->hparams;
+  const quant::DType type = runtime::kv_dtype(storage, group_size);
+  const int64_t width = int64_t(hp.n_head_kv) * hp.head_dim_k;
+  if (width % quant::type_info(type).block_elems != 0) return 0;
+  return size_t(hp.n_layer) * 2 * quant::row_bytes(type, width);
+}
+
+KVPoolMemory Model::kv_memory() const {
+  KVPoolMemory m;
+  m.page_tokens = impl_->options.kv_page_tokens;
+  std::lock_guard lock(impl_->kv_mutex);
+  for (const auto& [type, pool] : impl_->kv_pools) {
+    const kv::PoolStats s = pool->stats();
+    m.pages_total += s.pages_total;
+    m.pages_used += s.pages_used;
+    m.pages_free += s.pages_free;
+    m.bytes_total += s.bytes_total();
+    m.bytes_used += s.bytes_used();
+  }
+  return m;
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }

@@ -1,11 +1,14 @@
 // The inside of ember::Model, shared with the session implementation.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "backend/backend.hpp"
 #include "ember/model.hpp"
+#include "kv/page_pool.hpp"
 #include "model/loaded_model.hpp"
 #include "runtime/logger.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -22,7 +25,17 @@ struct Model::Impl {
   std::optional<tok::Tokenizer> tokenizer;          // absent when the file has no vocabulary
   runtime::Logger logger;
 
+  // KV page pools, one per storage type, made when a session first needs one.
+  mutable std::mutex kv_mutex;
+  mutable std::map<quant::DType, std::shared_ptr<kv::Pool>> kv_pools;
+  std::shared_ptr<kv::Pool> kv_pool(quant::DType storage) const;
+
   const tok::Tokenizer& require_tokenizer() const;
 };
+
+namespace runtime {
+// The cache row type of a storage choice; throws invalid_argument for a bad group size.
+quant::DType kv_dtype(KVStorage storage, int32_t group_size);
+}  // namespace runtime
 
 }  // namespace ember

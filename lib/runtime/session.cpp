@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 
 #include "common/fail.hpp"
 #include "kv/kv_cache.hpp"
@@ -65,27 +66,63 @@ struct Session::Impl {
     const KVCacheOptions& kv = options.kv;
     require(kv.max_tokens >= 1 && kv.max_tokens <= (1 << 24), "KVCacheOptions::max_tokens must be in [1, 2^24], got {}",
             kv.max_tokens);
-    require(kv.page_tokens >= 1 && kv.page_tokens <= 4096, "KVCacheOptions::page_tokens must be in [1, 4096], got {}",
-            kv.page_tokens);
     require(options.prefill_chunk_size >= 1 && options.prefill_chunk_size <= 65536,
             "SessionOptions::prefill_chunk_size must be in [1, 65536], got {}", options.prefill_chunk_size);
     require(options.threads >= 0 && options.threads <= 1024, "SessionOptions::threads must be in [0, 1024], got {}",
             options.threads);
     const model::HParams& hp = m.loaded->hparams;
-    capacity = int32_t(std::min<int64_t>(kv.max_tokens, hp.n_ctx_train));
-    backend = runtime::make_backend(m.options.backend, options.threads == 0 ? m.threads : options.threads);
+    const quant::DType storage = runtime::kv_dtype(kv.storage, kv.group_size);
+    if (storage != quant::DType::f16 && storage != quant::DType::f32 &&
+        hp.head_dim_k % int(quant::type_info(storage).block_elems) != 0)
+      fail(ErrorCode::invalid_argument, "KVCacheOptions: a head of {} values is not a whole number of groups of {}",
+           hp.head_dim_k, kv.group_size);
+
     kv::CacheConfig cfg;
     cfg.n_layer = hp.n_layer;
-    cfg.k_width = cfg.v_width = int64_t(hp.n_head_kv) * hp.head_dim_k;
-    cfg.storage = kv.storage == KVStorage::f32 ? quant::DType::f32 : quant::DType::f16;
-    cfg.page_tokens = kv.page_tokens;
-    cfg.max_tokens = capacity;
-    cfg.max_seq_tokens = capacity;
-    cache = std::make_unique<kv::KVCache>(*backend, cfg);
-    forward = std::make_unique<model::Forward>(hp, m.loaded->weights, *backend, options.prefill_chunk_size);
-    m.logger.debug("session: {} tokens of KV cache ({:.1f} MiB, {}), {} threads", capacity,
-                   double(cache->bytes()) / (1 << 20), kv.storage == KVStorage::f32 ? "F32" : "F16",
-                   options.threads == 0 ? m.threads : options.threads);
+    for (const model::LayerParams& lp : hp.layers) cfg.layer_window.push_back(lp.window);
+    int32_t chunk = options.prefill_chunk_size;
+    switch (kv.eviction) {
+      case KVEviction::none:
+        capacity = int32_t(std::min<int64_t>(kv.max_tokens, hp.n_ctx_train));
+        cfg.max_seq_tokens = capacity;
+        break;
+      case KVEviction::streaming:
+        require(kv.sinks >= 0 && kv.window >= 1 && int64_t(kv.sinks) + kv.window <= (1 << 24),
+                "KVCacheOptions: StreamingLLM needs sinks >= 0 and window >= 1 (got {} and {})", kv.sinks, kv.window);
+        require(kv.window > kv.sinks, "KVCacheOptions: the StreamingLLM window ({}) must be larger than the sinks ({})",
+                kv.window, kv.sinks);
+        cfg.eviction = {kv::Eviction::streaming, kv.sinks, 0, 0};
+        cfg.max_seq_tokens = kv.sinks + kv.window;
+        capacity = INT32_MAX;
+        chunk = std::min(chunk, std::max(1, kv.window / 2));
+        break;
+      case KVEviction::h2o:
+        require(kv.heavy >= 0 && kv.recent >= 1 && int64_t(kv.heavy) + kv.recent <= (1 << 24),
+                "KVCacheOptions: H2O needs heavy >= 0 and recent >= 1 (got {} and {})", kv.heavy, kv.recent);
+        cfg.eviction = {kv::Eviction::h2o, 0, kv.heavy, kv.recent};
+        cfg.max_seq_tokens = kv.heavy + kv.recent;
+        capacity = INT32_MAX;
+        chunk = std::min(chunk, kv.recent);
+        break;
+      default:
+        fail(ErrorCode::invalid_argument, "KVCacheOptions::eviction has an unknown value {}", int(kv.eviction));
+    }
+    backend = runtime::make_backend(m.options.backend, options.threads == 0 ? m.threads : options.threads);
+    cache = std::make_unique<kv::KVCache>(m.kv_pool(storage), *backend, cfg);
+    forward = std::make_unique<model::Forward>(hp, m.loaded->weights, *backend, chunk);
+    m.logger.debug("session: KV budget {} tokens, {} storage, {} threads", cfg.max_seq_tokens,
+                   quant::type_name(storage), options.threads == 0 ? m.threads : options.threads);
+  }
+
+  // Forgets the cache from `n` tokens on; when cells the shorter context needs are
+  // gone (window, eviction), forgets all of it: the tokens are evaluated again.
+  void cut_cache(size_t n) {
+    if (!cache->truncate(kSeq, int32_t(n))) {
+      cache->remove(kSeq);
+      n_evaluated = 0;
+    } else {
+      n_evaluated = std::min(n_evaluated, n);
+    }
   }
 
   // Appends `extra` and evaluates every pending token. `sink` (optional) receives
@@ -94,7 +131,7 @@ struct Session::Impl {
   bool evaluate(std::span<const int32_t> extra, const model::Forward::LogitsSink* sink) {
     const size_t old_size = tokens.size();
     const size_t first_new = old_size - n_evaluated;  // batch index of extra[0]
-    if (old_size + extra.size() > size_t(capacity))
+    if (options.kv.eviction == KVEviction::none && old_size + extra.size() > size_t(capacity))
       fail(ErrorCode::cache_full, "the context holds {} of {} tokens; {} more do not fit", old_size, capacity,
            extra.size());
     std::vector<model::BatchToken> batch;
@@ -133,8 +170,7 @@ struct Session::Impl {
     if (tokens.empty()) fail(ErrorCode::invalid_argument, "the session is empty: give a prompt first");
     if (n_evaluated == tokens.size()) {
       // Evaluated but logits lost (cancellation): evaluate the last token again.
-      cache->truncate(kSeq, int32_t(n_evaluated - 1));
-      --n_evaluated;
+      cut_cache(n_evaluated - 1);
     }
     return evaluate({}, nullptr);
   }
@@ -184,7 +220,7 @@ GenerateResult Session::Impl::generate(std::span<const int32_t> prompt, Sampler&
       result.stop_reason = StopReason::cancelled;
       break;
     }
-    if (tokens.size() >= size_t(capacity)) {
+    if (options.kv.eviction == KVEviction::none && tokens.size() >= size_t(capacity)) {
       result.stop_reason = StopReason::context_full;
       break;
     }
@@ -293,10 +329,7 @@ void Session::rewind(int32_t n_tokens) {
   require(n_tokens >= 0 && size_t(n_tokens) <= s.tokens.size(), "rewind: position {} is outside [0, {}]", n_tokens,
           s.tokens.size());
   if (size_t(n_tokens) == s.tokens.size()) return;
-  if (size_t(n_tokens) < s.n_evaluated) {
-    s.cache->truncate(kSeq, n_tokens);
-    s.n_evaluated = size_t(n_tokens);
-  }
+  if (size_t(n_tokens) < s.n_evaluated) s.cut_cache(size_t(n_tokens));
   // Dropping only pending tokens keeps the logits of the last evaluated token valid.
   s.tokens.resize(size_t(n_tokens));
 }
@@ -306,6 +339,150 @@ void Session::reset() { rewind(0); }
 int32_t Session::position() const { return int32_t(impl_->tokens.size()); }
 std::span<const int32_t> Session::tokens() const { return impl_->tokens; }
 int32_t Session::capacity() const { return impl_->capacity; }
+
+std::unique_ptr<Session> Session::fork() const {
+  const Impl& s = *impl_;
+  auto impl = std::make_unique<Impl>(s.model, s.options);
+  impl->cache->fork_from(*s.cache, kSeq, kSeq);
+  impl->tokens = s.tokens;
+  impl->n_evaluated = s.n_evaluated;
+  impl->logits = s.logits;
+  impl->logits_for = s.logits_for;
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+KVSessionMemory Session::kv_memory() const {
+  const kv::SeqStats st = impl_->cache->stats(kSeq);
+  KVSessionMemory mem;
+  mem.tokens = st.tokens;
+  mem.pages = st.pages;
+  mem.shared_pages = st.shared_pages;
+  mem.page_bytes = impl_->cache->pool().page_bytes();
+  mem.bytes = size_t(st.pages) * mem.page_bytes;
+  return mem;
+}
+
+// ---- state blobs ----
+//
+//   "EMBRSESS" | u32 version | u64 model fingerprint | KV options | tokens |
+//   u64 n_evaluated | u64 logits_for | logits | KV-cache blob | u64 FNV-1a of all before
+namespace {
+
+constexpr char kStateMagic[8] = {'E', 'M', 'B', 'R', 'S', 'E', 'S', 'S'};
+constexpr uint32_t kStateVersion = 1;
+
+uint64_t fnv1a(std::string_view bytes, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t model_fingerprint(const ModelInfo& i) {
+  std::string key = i.architecture;
+  for (int64_t v : {int64_t(i.n_layer), i.n_embd, i.n_vocab, int64_t(i.n_head), int64_t(i.n_head_kv),
+                    int64_t(i.head_dim), int64_t(i.file_bytes), int64_t(i.weight_bytes)})
+    key.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return fnv1a(key);
+}
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+struct StateReader {
+  std::string_view data;
+  size_t at = 0;
+  template <typename T>
+  T get() {
+    if (data.size() - at < sizeof(T))
+      fail(ErrorCode::invalid_argument, "session state: the blob ends early (byte {} of {})", at, data.size());
+    T v;
+    std::memcpy(&v, data.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  std::string_view bytes(uint64_t n) {
+    if (data.size() - at < n)
+      fail(ErrorCode::invalid_argument, "session state: the blob ends early (byte {} of {})", at, data.size());
+    const std::string_view v = data.substr(at, size_t(n));
+    at += size_t(n);
+    return v;
+  }
+};
+
+void put_kv_options(std::string& out, const KVCacheOptions& kv) {
+  for (int32_t v : {int32_t(kv.storage), kv.group_size, int32_t(kv.eviction), kv.sinks, kv.window, kv.heavy,
+                    kv.recent, kv.max_tokens})
+    put(out, v);
+}
+
+}  // namespace
+
+std::string Session::save_state() const {
+  const Impl& s = *impl_;
+  std::string out(kStateMagic, sizeof kStateMagic);
+  put(out, kStateVersion);
+  put(out, model_fingerprint(s.model->info()));
+  put_kv_options(out, s.options.kv);
+  put<uint64_t>(out, s.tokens.size());
+  out.append(reinterpret_cast<const char*>(s.tokens.data()), s.tokens.size() * sizeof(int32_t));
+  put<uint64_t>(out, s.n_evaluated);
+  put<uint64_t>(out, s.logits_for);
+  put<uint64_t>(out, s.logits.size());
+  out.append(reinterpret_cast<const char*>(s.logits.data()), s.logits.size() * sizeof(float));
+  std::string kv_blob;
+  s.cache->save(kSeq, kv_blob);
+  put<uint64_t>(out, kv_blob.size());
+  out += kv_blob;
+  put(out, fnv1a(out));
+  return out;
+}
+
+void Session::load_state(std::string_view blob) {
+  Impl& s = *impl_;
+  if (blob.size() < sizeof kStateMagic + 12 || std::memcmp(blob.data(), kStateMagic, sizeof kStateMagic) != 0)
+    fail(ErrorCode::invalid_argument, "session state: not an ember session blob");
+  StateReader r{blob.substr(0, blob.size() - 8), sizeof kStateMagic};
+  const auto version = r.get<uint32_t>();
+  if (version != kStateVersion)
+    fail(ErrorCode::invalid_argument, "session state: version {} is not supported (this build reads {})", version,
+         kStateVersion);
+  uint64_t checksum;
+  std::memcpy(&checksum, blob.data() + blob.size() - 8, 8);
+  if (checksum != fnv1a(blob.substr(0, blob.size() - 8)))
+    fail(ErrorCode::invalid_argument, "session state: checksum mismatch (the blob is corrupted)");
+  if (r.get<uint64_t>() != model_fingerprint(s.model->info()))
+    fail(ErrorCode::invalid_argument, "session state: saved with another model");
+  std::string mine;
+  put_kv_options(mine, s.options.kv);
+  if (r.bytes(mine.size()) != mine)
+    fail(ErrorCode::invalid_argument, "session state: saved with other KV-cache options (storage, eviction, budget)");
+  const auto n_tokens = r.get<uint64_t>();
+  if (n_tokens > (uint64_t(1) << 28)) fail(ErrorCode::invalid_argument, "session state: {} tokens", n_tokens);
+  std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
+  const std::string_view tok_bytes = r.bytes(n_tokens * sizeof(int32_t));
+  std::memcpy(tokens.data(), tok_bytes.data(), tok_bytes.size());
+  const auto n_evaluated = r.get<uint64_t>();
+  const auto logits_for = r.get<uint64_t>();
+  const auto n_logits = r.get<uint64_t>();
+  if (n_evaluated > n_tokens || (n_logits != 0 && n_logits != uint64_t(s.m.loaded->hparams.n_vocab)))
+    fail(ErrorCode::invalid_argument, "session state: inconsistent counts");
+  std::vector<float> logits(static_cast<size_t>(n_logits));
+  const std::string_view logit_bytes = r.bytes(n_logits * sizeof(float));
+  std::memcpy(logits.data(), logit_bytes.data(), logit_bytes.size());
+  const std::string_view kv_blob = r.bytes(r.get<uint64_t>());
+  if (r.at != r.data.size()) fail(ErrorCode::invalid_argument, "session state: unexpected trailing bytes");
+
+  // Load the cache into a fresh one first, so that a failure leaves this session as it was.
+  kv::KVCache fresh(s.cache->shared_pool(), *s.backend, s.cache->config());
+  fresh.load(kSeq, kv_blob);
+  s.cache->clear();
+  s.cache->fork_from(fresh, kSeq, kSeq);
+  s.tokens = std::move(tokens);
+  s.n_evaluated = size_t(n_evaluated);
+  s.logits = std::move(logits);
+  s.logits_for = size_t(logits_for);
+}
 
 // Model::new_session lives here, beside Session::Impl.
 std::unique_ptr<Session> Model::new_session(const SessionOptions& options) const {

@@ -28,7 +28,7 @@ int main() {
   EXPECT(std::strcmp(ember::to_string(ember::StopReason::stop_string), "stop_string") == 0);
 
   const ember::SessionOptions session;
-  EXPECT(session.kv.max_tokens == 4096 && session.kv.page_tokens == 16);
+  EXPECT(session.kv.max_tokens == 4096 && session.kv.eviction == ember::KVEviction::none);
   EXPECT(session.kv.storage == ember::KVStorage::f16);
   EXPECT(session.prefill_chunk_size == 512);
   const ember::GenerateOptions generate;

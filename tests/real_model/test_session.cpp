@@ -295,7 +295,7 @@ TEST_CASE("invalid options are rejected with named errors", "[session][errors]")
     }
   };
   expect([&] { model->new_session({.kv = {.max_tokens = 0}}); }, "max_tokens");
-  expect([&] { model->new_session({.kv = {.page_tokens = 0}}); }, "page_tokens");
+  expect([&] { Model::load(test::real_model_path(), {.kv_page_tokens = 0}); }, "kv_page_tokens");
   expect([&] { model->new_session({.prefill_chunk_size = 0}); }, "prefill_chunk_size");
   expect([&] { Model::load(test::real_model_path(), {.threads = -2}); }, "threads");
   auto s = model->new_session();

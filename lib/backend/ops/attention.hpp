@@ -3,19 +3,23 @@
 // optional sliding window (Beltagy et al. 2020).
 //
 //   q:       [n_tok, n_head * head_dim] f32 (already roped)
-//   k_cache: [n_slots, n_head_kv * head_dim] F32 or F16 (keys already roped)
-//   v_cache: like k_cache
+//   k_cache: [n_slots, n_head_kv * head_dim] F32, F16 or a KV storage type (keys already
+//            roped; see quant/kv_formats.hpp), read in place: quantized rows are decoded
+//            a row or a tile at a time, never into a full-size copy
+//   v_cache: like k_cache, same type
 //   out:     [n_tok, n_head * head_dim] f32
 // Query token t of sequence row s = token_seq[t] at position p_t attends to the
 // cells c in [0, seq_cells[s]) of that sequence; cell c lives in slot
 //   page_table[s][c / page_tokens] * page_tokens + c % page_tokens
-// whose stored position p = slot_pos[slot] is used when p >= 0, p <= p_t and
+// whose position p = cell_pos[s][c] is used when p >= 0, p <= p_t and
 // (window == 0 or p_t - p < window). Scores are scale * q.k (softcapped when
 // softcap > 0), normalised with a max-subtracted softmax; the output is the
-// weighted sum of value rows. A token with no visible cell gets zeros.
+// weighted sum of value rows. A token with no visible cell gets zeros. When score_acc
+// has rows, the normalised probabilities are also added into it (see AttentionParams).
 #pragma once
 
 #include "backend/ops/check.hpp"
+#include "quant/kv_formats.hpp"
 
 namespace ember::ops {
 
@@ -33,9 +37,12 @@ inline void attention(backend::Backend& be, const backend::Tensor& q, const back
   expect_shape(op, "out", out, q.rows, q.cols);
   expect_shape(op, "k_cache", k_cache, k_cache.rows, int64_t(p.n_head_kv) * p.head_dim);
   expect_shape(op, "v_cache", v_cache, k_cache.rows, k_cache.cols);
-  if (k_cache.type != v_cache.type || (k_cache.type != DType::f32 && k_cache.type != DType::f16))
+  if (k_cache.type != v_cache.type || !quant::is_kv_storage_type(k_cache.type))
     fail(ErrorCode::unsupported, "attention: cache types {}/{} are not supported", quant::type_name(k_cache.type),
          quant::type_name(v_cache.type));
+  if (const int group = quant::kv::group_size(k_cache.type); group != 0 && p.head_dim % group != 0)
+    fail(ErrorCode::invalid_argument, "attention: head_dim {} is not a multiple of the {} group size {}", p.head_dim,
+         quant::type_name(k_cache.type), group);
   if (k_cache.rows % p.page_tokens != 0)
     fail(ErrorCode::invalid_argument, "attention: {} cache slots are not whole pages of {}", k_cache.rows,
          p.page_tokens);
@@ -43,11 +50,17 @@ inline void attention(backend::Backend& be, const backend::Tensor& q, const back
   expect_type(op, "token_seq", p.token_seq, DType::i32);
   expect_type(op, "page_table", p.page_table, DType::i32);
   expect_type(op, "seq_cells", p.seq_cells, DType::i32);
-  expect_type(op, "slot_pos", p.slot_pos, DType::i32);
+  expect_type(op, "cell_pos", p.cell_pos, DType::i32);
   expect_shape(op, "token_pos", p.token_pos, q.rows, 1);
   expect_shape(op, "token_seq", p.token_seq, q.rows, 1);
   expect_shape(op, "seq_cells", p.seq_cells, p.page_table.rows, 1);
-  expect_shape(op, "slot_pos", p.slot_pos, k_cache.rows, 1);
+  if (p.cell_pos.rows != p.page_table.rows || p.cell_pos.cols < 1)
+    fail(ErrorCode::invalid_argument, "attention: cell_pos is [{}, {}], expected [{}, >= 1]", p.cell_pos.rows,
+         p.cell_pos.cols, p.page_table.rows);
+  if (p.score_acc.rows > 0) {
+    expect_type(op, "score_acc", p.score_acc, DType::f32);
+    expect_shape(op, "score_acc", p.score_acc, p.page_table.rows, p.cell_pos.cols * p.n_head_kv);
+  }
   be.attention(q, k_cache, v_cache, p, out);
 }
 

@@ -1,0 +1,352 @@
+// The paged KV cache on its own: page tables, sliding windows, eviction, forks,
+// rewinds and state blobs, checked against invariants and against the row
+// contents (every live cell must still hold the row written for its token).
+#include <map>
+#include <random>
+
+#include "backend/ops/kv_store.hpp"
+#include "backend/reference/reference_backend.hpp"
+#include "common/catch.hpp"
+#include "ember/error.hpp"
+#include "kv/kv_cache.hpp"
+#include "quant/quant.hpp"
+
+using namespace ember;
+
+namespace {
+
+constexpr int64_t kWidth = 8;
+constexpr int kLayers = 3;
+
+std::shared_ptr<kv::Pool> make_pool(backend::Backend& be, int32_t pages, int32_t page_tokens = 4,
+                                    quant::DType type = quant::DType::f16) {
+  kv::PoolConfig pc;
+  pc.k_width = pc.v_width = kWidth;
+  pc.storage = type;
+  pc.page_tokens = page_tokens;
+  pc.n_pages = pages;
+  return std::make_shared<kv::Pool>(be, pc);
+}
+
+kv::CacheConfig config(kv::Eviction policy, int32_t budget, int32_t sinks = 0, int32_t heavy = 0,
+                       int32_t recent = 0) {
+  kv::CacheConfig c;
+  c.n_layer = kLayers;
+  c.layer_window = {0, 6, 0};  // layer 1 slides over 6 positions
+  c.max_seq_tokens = budget;
+  c.eviction = {policy, sinks, heavy, recent};
+  return c;
+}
+
+// Row written for token `idx` in `layer`: small integers, exact in F16.
+std::vector<float> row_for(int32_t idx, int layer, bool value) {
+  std::vector<float> r(kWidth, 0.0f);
+  r[0] = float(idx % 1024);
+  r[1] = float(layer);
+  r[2] = value ? 1.0f : -1.0f;
+  r[3] = float(idx / 1024);
+  return r;
+}
+
+struct Harness {
+  std::unique_ptr<backend::Backend> be = reference::make_reference_backend();
+  std::shared_ptr<kv::Pool> pool;
+
+  // Appends n tokens to seq and writes their rows.
+  void append(kv::KVCache& c, int32_t seq, int32_t n) {
+    std::vector<kv::CellRequest> req;
+    const int32_t first = c.next_index(seq);
+    for (int32_t i = 0; i < n; ++i) req.push_back({seq, first + i});
+    const kv::Placement p = c.place(req);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      for (bool value : {false, true}) {
+        std::vector<float> rows;
+        for (int32_t i = 0; i < n; ++i) {
+          const auto r = row_for(first + i, layer, value);
+          rows.insert(rows.end(), r.begin(), r.end());
+        }
+        auto buf = be->allocate(size_t(n) * (kWidth * 4 + 4) + 64);
+        const auto src = backend::make_tensor(*buf, 0, quant::DType::f32, n, kWidth);
+        const auto slots = backend::make_tensor(*buf, size_t(n) * kWidth * 4, quant::DType::i32, n, 1);
+        be->upload(src, rows.data());
+        be->upload(slots, p.slots[size_t(layer)].data());
+        ops::kv_store(*be, src, value ? c.v() : c.k(), slots);
+      }
+    }
+  }
+
+  // Every live cell holds its token's rows (keys of moved sinks excepted: the model
+  // rewrites those).
+  void check_rows(const kv::KVCache& c, int32_t seq) {
+    for (int layer = 0; layer < kLayers; ++layer) {
+      kv::KVCache::LayerTables t;
+      const int32_t seqs[] = {seq};
+      c.layer_tables(layer, seqs, t);
+      for (int32_t cell = 0; cell < t.cells[0]; ++cell) {
+        if (t.cell_pos[size_t(cell)] < 0) continue;
+        const int32_t slot = t.page_table[size_t(cell / c.page_tokens())] * c.page_tokens() + cell % c.page_tokens();
+        for (bool value : {false, true}) {
+          std::vector<float> got(kWidth);
+          quant::dequantize_row(quant::DType::f16, (value ? c.v() : c.k()).row_ptr(slot), got.data(), kWidth);
+          const bool moved_sink = !value && got[0] != float(t.cell_pos[size_t(cell)] % 1024);
+          if (moved_sink) continue;
+          REQUIRE(got[1] == float(layer));
+          REQUIRE(got[2] == (value ? 1.0f : -1.0f));
+          const int32_t idx = int32_t(got[0]) + 1024 * int32_t(got[3]);
+          if (c.config().eviction.policy != kv::Eviction::streaming) REQUIRE(idx == t.cell_pos[size_t(cell)]);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("no page leaks and consistent tables after 10,000 random operations", "[kv]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 400);
+  std::vector<std::unique_ptr<kv::KVCache>> caches;
+  // Two caches per policy, so that forks also cross sessions.
+  for (int i = 0; i < 2; ++i) {
+    caches.push_back(std::make_unique<kv::KVCache>(h.pool, *h.be, config(kv::Eviction::none, 40)));
+    caches.push_back(std::make_unique<kv::KVCache>(h.pool, *h.be, config(kv::Eviction::streaming, 20, 2)));
+    caches.push_back(std::make_unique<kv::KVCache>(h.pool, *h.be, config(kv::Eviction::h2o, 16, 0, 6, 10)));
+  }
+  std::mt19937 rng(42);
+  auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
+  int full = 0, forks = 0, rewinds = 0, evictions_seen = 0;
+  for (int op = 0; op < 10000; ++op) {
+    const int ci = pick(int(caches.size()));
+    kv::KVCache& c = *caches[size_t(ci)];
+    const int32_t seq = pick(3);
+    const int kind = pick(10);
+    if (kind < 6) {
+      const int32_t before = c.n_cells(seq);
+      const int32_t n = 1 + pick(6);
+      try {
+        h.append(c, seq, n);
+        if (c.n_cells(seq) < before + n) ++evictions_seen;
+      } catch (const Error& e) {
+        REQUIRE(e.code() == ErrorCode::cache_full);
+        ++full;
+        if (c.config().eviction.policy == kv::Eviction::none) REQUIRE(c.n_cells(seq) == before);
+      }
+    } else if (kind < 8) {
+      c.truncate(seq, pick(c.next_index(seq) + 1));
+      ++rewinds;
+    } else if (kind < 9) {
+      // Fork into a cache of the same configuration (ci ^ 3 pairs them up) or the same one.
+      kv::KVCache& dst = pick(2) ? *caches[size_t((ci + 3) % 6)] : c;
+      const int32_t dst_seq = pick(3);
+      if (&dst != &c || dst_seq != seq) {
+        dst.fork_from(c, seq, dst_seq);
+        ++forks;
+      }
+    } else if (c.config().eviction.policy == kv::Eviction::h2o) {
+      kv::KVCache::LayerTables t;
+      const int32_t seqs[] = {seq};
+      for (int layer = 0; layer < kLayers; ++layer) {
+        c.layer_tables(layer, seqs, t);
+        std::vector<float> s(size_t(t.max_cells));
+        for (auto& x : s) x = float(rng() % 100) / 100.0f;
+        c.add_scores(layer, seqs, t.max_cells, 1, s);
+      }
+    } else {
+      c.remove(seq);
+    }
+    (void)c.take_sink_moves(seq);
+    // Invariants: tables are consistent, and the pool's counts equal the references.
+    std::map<int32_t, int32_t> refs;
+    for (const auto& cache : caches) cache->check_invariants(&refs);
+    for (const auto& [page, count] : refs) REQUIRE(h.pool->refcount(page) == count);
+    REQUIRE(h.pool->stats().pages_used == int32_t(refs.size()));
+    if (op % 50 == 0)
+      for (const auto& cache : caches)
+        for (int32_t s : cache->sequences()) h.check_rows(*cache, s);
+  }
+  INFO("cache_full " << full << ", forks " << forks << ", rewinds " << rewinds);
+  CHECK(full > 0);
+  CHECK(forks > 100);
+  CHECK(evictions_seen > 100);
+  caches.clear();
+  CHECK(h.pool->stats().pages_used == 0);
+}
+
+TEST_CASE("sliding-window layers free the pages that fall out of their window", "[kv]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 64);
+  kv::KVCache c(h.pool, *h.be, config(kv::Eviction::none, 100));
+  for (int i = 0; i < 10; ++i) h.append(c, 0, 4);
+  kv::KVCache::LayerTables full, window;
+  const int32_t seqs[] = {0};
+  c.layer_tables(0, seqs, full);
+  c.layer_tables(1, seqs, window);
+  CHECK(full.cells[0] == 40);
+  // Layer 1 (window 6) keeps at most 6 positions plus page slack: 2 or 3 pages of 4.
+  CHECK(window.max_pages <= 3);
+  CHECK(c.stats(0).pages == 10 + int32_t(window.max_pages) + 10);
+  h.check_rows(c, 0);
+  // Rewinding inside the window is exact; further back it is not (the layer lost cells).
+  CHECK(c.truncate(0, 38));
+  CHECK_FALSE(c.truncate(0, 20));
+}
+
+TEST_CASE("StreamingLLM keeps the sinks and the most recent tokens", "[kv]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 64);
+  kv::KVCache c(h.pool, *h.be, config(kv::Eviction::streaming, 12, 4));
+  for (int i = 0; i < 30; ++i) h.append(c, 0, 1);
+  kv::KVCache::LayerTables t;
+  const int32_t seqs[] = {0};
+  c.layer_tables(0, seqs, t);
+  std::vector<int32_t> pos;
+  for (int32_t cell = 0; cell < t.cells[0]; ++cell)
+    if (t.cell_pos[size_t(cell)] >= 0) pos.push_back(t.cell_pos[size_t(cell)]);
+  // Tokens 22..29 are the window; the 4 sinks sit at the 4 positions just before it.
+  CHECK(pos == std::vector<int32_t>{18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29});
+  CHECK(c.n_cells(0) == 12);
+  // The cache rewrites the moved sinks' keys (reported once, with their original row).
+  const auto moves = c.take_sink_moves(0);
+  CHECK(!moves.empty());
+  for (const auto& m : moves) CHECK(m.delta == 18);
+  CHECK(c.take_sink_moves(0).empty());
+}
+
+TEST_CASE("H2O keeps the heavy hitters and the recent window", "[kv]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 64);
+  kv::CacheConfig cfg = config(kv::Eviction::h2o, 6, 0, 2, 4);
+  cfg.layer_window = {0, 0, 0};
+  kv::KVCache c(h.pool, *h.be, cfg);
+  h.append(c, 0, 6);
+  // Token 1 and token 3 receive the most attention in every layer.
+  const int32_t seqs[] = {0};
+  for (int layer = 0; layer < kLayers; ++layer) {
+    kv::KVCache::LayerTables t;
+    c.layer_tables(layer, seqs, t);
+    std::vector<float> s(size_t(t.max_cells), 0.1f);
+    s[1] = 5.0f, s[3] = 4.0f;
+    c.add_scores(layer, seqs, t.max_cells, 1, s);
+  }
+  h.append(c, 0, 2);  // 8 > 6: two cells go, the lowest scored outside the 4 recent
+  for (int layer = 0; layer < kLayers; ++layer) {
+    kv::KVCache::LayerTables t;
+    c.layer_tables(layer, seqs, t);
+    std::vector<int32_t> pos;
+    for (int32_t cell = 0; cell < t.cells[0]; ++cell)
+      if (t.cell_pos[size_t(cell)] >= 0) pos.push_back(t.cell_pos[size_t(cell)]);
+    std::sort(pos.begin(), pos.end());
+    CHECK(pos == std::vector<int32_t>{1, 3, 4, 5, 6, 7});
+  }
+  h.check_rows(c, 0);
+}
+
+TEST_CASE("a full cache without eviction fails, keeps everything, and works after a rewind", "[kv][errors]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 64);
+  kv::CacheConfig cfg = config(kv::Eviction::none, 10);
+  kv::KVCache c(h.pool, *h.be, cfg);
+  h.append(c, 0, 8);
+  const auto pages = h.pool->stats().pages_used;
+  try {
+    h.append(c, 0, 3);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::cache_full);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("budget of 10"));
+  }
+  CHECK(c.n_cells(0) == 8);
+  CHECK(h.pool->stats().pages_used == pages);
+  h.check_rows(c, 0);
+  CHECK(c.truncate(0, 6));
+  h.append(c, 0, 3);
+  CHECK(c.n_cells(0) == 9);
+  h.check_rows(c, 0);
+  // A pool that runs out is cache_full too, and changes nothing.
+  auto small = make_pool(*h.be, 3);
+  kv::KVCache d(small, *h.be, config(kv::Eviction::none, 100));
+  CHECK_THROWS_AS(h.append(d, 0, 8), Error);
+  CHECK(small->stats().pages_used == 0);
+}
+
+TEST_CASE("forks share pages and copy a page only when they write into it", "[kv]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 200);
+  kv::CacheConfig cfg = config(kv::Eviction::none, 100);
+  cfg.layer_window = {0, 0, 0};
+  kv::KVCache parent(h.pool, *h.be, cfg);
+  h.append(parent, 0, 40);  // 10 pages per layer
+  const int32_t one = h.pool->stats().pages_used;
+  std::vector<std::unique_ptr<kv::KVCache>> forks;
+  for (int i = 0; i < 8; ++i) {
+    forks.push_back(std::make_unique<kv::KVCache>(h.pool, *h.be, cfg));
+    forks.back()->fork_from(parent, 0, 0);
+  }
+  CHECK(h.pool->stats().pages_used == one);
+  for (auto& f : forks) h.append(*f, 0, 1);  // each fork starts a page of its own per layer
+  CHECK(h.pool->stats().pages_used == one + 8 * kLayers);
+  for (auto& f : forks) h.check_rows(*f, 0);
+  h.check_rows(parent, 0);
+  parent.truncate(0, 38);  // the parent's last page is shared: it is copied before the write
+  h.append(parent, 0, 1);
+  for (auto& f : forks) h.check_rows(*f, 0);
+  h.check_rows(parent, 0);
+}
+
+TEST_CASE("a saved sequence restores with the same rows; bad blobs are typed errors", "[kv][errors]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 200);
+  kv::KVCache a(h.pool, *h.be, config(kv::Eviction::streaming, 12, 2));
+  for (int i = 0; i < 5; ++i) h.append(a, 0, 5);
+  std::string blob;
+  a.save(0, blob);
+  kv::KVCache b(h.pool, *h.be, config(kv::Eviction::streaming, 12, 2));
+  b.load(3, blob);
+  const int32_t s0[] = {0}, s3[] = {3};
+  for (int layer = 0; layer < kLayers; ++layer) {
+    kv::KVCache::LayerTables ta, tb;
+    a.layer_tables(layer, s0, ta);
+    b.layer_tables(layer, s3, tb);
+    CHECK(ta.cell_pos == tb.cell_pos);
+  }
+  h.check_rows(b, 3);
+  CHECK_THROWS_AS(b.load(3, blob), Error);  // not empty
+  for (size_t cut : {size_t(0), size_t(3), blob.size() / 2, blob.size() - 1}) {
+    const auto used = h.pool->stats().pages_used;
+    CHECK_THROWS_AS(b.load(7, std::string_view(blob).substr(0, cut)), Error);
+    CHECK(h.pool->stats().pages_used == used);
+  }
+  auto other = make_pool(*h.be, 50, 8);
+  kv::KVCache c(other, *h.be, config(kv::Eviction::streaming, 12, 2));
+  try {
+    c.load(0, blob);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_argument);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("pages of 4"));
+  }
+}
+
+TEST_CASE("bad cache configurations are typed errors", "[kv][errors]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 16);
+  auto expect = [](auto&& fn, const std::string& needle) {
+    try {
+      fn();
+      FAIL("no error for " << needle);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Matchers::Contains(needle));
+    }
+  };
+  expect([&] { kv::KVCache(h.pool, *h.be, config(kv::Eviction::streaming, 4, 4)); }, "larger than the sinks");
+  expect([&] { kv::KVCache(h.pool, *h.be, config(kv::Eviction::none, 0)); }, "budget");
+  expect([&] { kv::KVCache(h.pool, *h.be, config(kv::Eviction::h2o, 10, 0, 3, 0)); }, "recent >= 1");
+  expect([&] { make_pool(*h.be, 16, 0); }, "page_tokens");
+  expect([&] { make_pool(*h.be, 0); }, "at least one page");
+  kv::PoolConfig pc;
+  pc.k_width = pc.v_width = 40;  // not whole groups of 32
+  pc.storage = quant::DType::kv_q4_g32;
+  pc.n_pages = 4;
+  expect([&] { kv::Pool(*h.be, pc); }, "whole groups");
+}
