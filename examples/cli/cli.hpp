@@ -58,6 +58,16 @@ class ProgressBar {
   int last_percent_ = -1;
 };
 
+// KV-cache flags shared by run and perplexity:
+//   --kv-type f16|f32|int8|int4  --kv-group 32|64  --evict none|streaming|h2o
+//   --sinks N --window N (streaming)  --heavy N --recent N (h2o)
+inline const std::vector<std::string> kKVFlags = {"--kv-type", "--kv-group", "--evict", "--sinks",
+                                                  "--window",  "--heavy",    "--recent"};
+// Reads them into `kv` (leaving max_tokens alone). Throws UsageError for bad values.
+void apply_kv_args(const Args& args, KVCacheOptions& kv);
+// "int8 (group 32), streaming: 4 sinks + 1020 window" and the like.
+std::string describe_kv(const KVCacheOptions& kv);
+
 int cmd_logits(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);

@@ -30,8 +30,25 @@ int cmd_info(const std::vector<std::string>& argv) {
   out += "\n";
   out += fmt::format("file size:        {:.1f} MiB\n", double(i.file_bytes) / mib);
   out += fmt::format("weights:          {:.1f} MiB\n", double(i.weight_bytes) / mib);
-  out += fmt::format("KV cache (F16):   {:.1f} KiB per token, {:.1f} MiB for 4096 tokens\n",
-                     double(i.kv_bytes_per_token) / 1024.0, double(i.kv_bytes_per_token) * 4096 / mib);
+  // Bytes per cached token in every layer; sliding-window layers hold at most their
+  // window, so a long context costs less than tokens x this figure.
+  out += "KV cache per token (all layers):\n";
+  const struct {
+    const char* name;
+    KVStorage storage;
+    int32_t group;
+  } kinds[] = {{"f32", KVStorage::f32, 32},       {"f16", KVStorage::f16, 32},       {"int8 g32", KVStorage::int8, 32},
+               {"int8 g64", KVStorage::int8, 64}, {"int4 g32", KVStorage::int4, 32}, {"int4 g64", KVStorage::int4, 64}};
+  const size_t f16_bytes = model->kv_bytes_per_token(KVStorage::f16);
+  for (const auto& k : kinds) {
+    const size_t b = model->kv_bytes_per_token(k.storage, k.group);
+    if (b == 0) {
+      out += fmt::format("  {:<9} does not fit a head of {}\n", k.name, i.head_dim);
+      continue;
+    }
+    out += fmt::format("  {:<9} {:>8} bytes ({:.2f}x f16), {:.1f} MiB for 4096 tokens\n", k.name, b,
+                       double(b) / double(f16_bytes), double(b) * 4096 / mib);
+  }
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -9,6 +9,7 @@ namespace ember::cli {
 int cmd_run(const std::vector<std::string>& argv) {
   std::vector<std::string> flags = {"--model", "--prompt", "--n-predict", "--threads", "--ctx"};
   flags.insert(flags.end(), kSamplingFlags.begin(), kSamplingFlags.end());
+  flags.insert(flags.end(), kKVFlags.begin(), kKVFlags.end());
   const Args args(argv, flags, {"--chat", "--verbose", "--ignore-eos"},
                   {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}, {"-t", "--threads"},
                    {"-c", "--ctx"}, {"-v", "--verbose"}});
@@ -20,6 +21,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   Sampler sampler(sampler_options(args));
   SessionOptions session_options;
   session_options.kv.max_tokens = int32_t(args.get_int("--ctx", 4096, 1, 1 << 24));
+  apply_kv_args(args, session_options.kv);
 
   auto model = load_model(model_path, int(args.get_int("--threads", 0, 0, 1024)), args.has("--verbose"));
   if (args.has("--chat")) {

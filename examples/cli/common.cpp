@@ -108,4 +108,54 @@ std::shared_ptr<Model> load_model(const std::string& path, int threads, bool ver
   return model;
 }
 
+void apply_kv_args(const Args& args, KVCacheOptions& kv) {
+  const std::string type = args.get_or("--kv-type", "f16");
+  if (type == "f16") {
+    kv.storage = KVStorage::f16;
+  } else if (type == "f32") {
+    kv.storage = KVStorage::f32;
+  } else if (type == "int8") {
+    kv.storage = KVStorage::int8;
+  } else if (type == "int4") {
+    kv.storage = KVStorage::int4;
+  } else {
+    throw UsageError("--kv-type must be f16, f32, int8 or int4, got '" + type + "'");
+  }
+  kv.group_size = int32_t(args.get_int("--kv-group", 32, 32, 64));
+  if (kv.group_size != 32 && kv.group_size != 64) throw UsageError("--kv-group must be 32 or 64");
+  const std::string evict = args.get_or("--evict", "none");
+  if (evict == "none") {
+    kv.eviction = KVEviction::none;
+  } else if (evict == "streaming") {
+    kv.eviction = KVEviction::streaming;
+  } else if (evict == "h2o") {
+    kv.eviction = KVEviction::h2o;
+  } else {
+    throw UsageError("--evict must be none, streaming or h2o, got '" + evict + "'");
+  }
+  kv.sinks = int32_t(args.get_int("--sinks", 4, 0, 1 << 20));
+  kv.window = int32_t(args.get_int("--window", 1020, 1, 1 << 24));
+  kv.heavy = int32_t(args.get_int("--heavy", 128, 0, 1 << 24));
+  kv.recent = int32_t(args.get_int("--recent", 128, 1, 1 << 24));
+  if (kv.eviction == KVEviction::streaming && kv.window <= kv.sinks)
+    throw UsageError("--window must be larger than --sinks");
+}
+
+std::string describe_kv(const KVCacheOptions& kv) {
+  const char* names[] = {"f16", "f32", "int8", "int4"};
+  std::string out = names[int(kv.storage)];
+  if (kv.storage == KVStorage::int8 || kv.storage == KVStorage::int4)
+    out += " (group " + std::to_string(kv.group_size) + ")";
+  switch (kv.eviction) {
+    case KVEviction::none: out += ", no eviction, " + std::to_string(kv.max_tokens) + " tokens"; break;
+    case KVEviction::streaming:
+      out += ", streaming: " + std::to_string(kv.sinks) + " sinks + " + std::to_string(kv.window) + " window";
+      break;
+    case KVEviction::h2o:
+      out += ", h2o: " + std::to_string(kv.heavy) + " heavy + " + std::to_string(kv.recent) + " recent";
+      break;
+  }
+  return out;
+}
+
 }  // namespace ember::cli

@@ -471,6 +471,15 @@ void KVCache::undo(const Placement& placement) {
   }
 }
 
+void KVCache::trim_windows(int32_t seq) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end() || config_.layer_window.empty()) return;
+  for (int layer = 0; layer < config_.n_layer; ++layer)
+    // A page of slack keeps short rewinds (a cancelled token, a regenerated word) exact.
+    free_window(it->second.layers[size_t(layer)], config_.layer_window[size_t(layer)],
+                it->second.next_idx - page_tokens());
+}
+
 // ---- tables for the attention op ----
 
 void KVCache::layer_tables(int layer, std::span<const int32_t> seqs, LayerTables& out) const {

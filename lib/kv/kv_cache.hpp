@@ -110,6 +110,9 @@ class KVCache {
   Placement place(std::span<const CellRequest> requests);
   // Removes the cells a placement added (used when the forward pass that followed failed).
   void undo(const Placement& placement);
+  // Frees what the sliding-window layers of `seq` can no longer see from its next index
+  // on (called after a forward pass, so that a long prompt does not keep its start).
+  void trim_windows(int32_t seq);
 
   // The tables attention needs for `seqs` in one layer, one row per sequence.
   struct LayerTables {

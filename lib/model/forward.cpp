@@ -312,6 +312,7 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
     cache.undo(placement);
     throw;
   }
+  for (const auto& [seq, first] : placement.first_idx) cache.trim_windows(seq);
   return true;
 }
 

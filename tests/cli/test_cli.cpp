@@ -44,7 +44,9 @@ std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'
 
 TEST_CASE("wrong arguments print the usage and exit with code 2", "[cli]") {
   for (const char* args : {"", "frobnicate", "logits", "logits -m", "tokenize -p hi", "run -m x.gguf --temp",
-                           "bench -m x.gguf -n -3", "info -m x.gguf --bogus"}) {
+                           "bench -m x.gguf -n -3", "info -m x.gguf --bogus", "run -m x.gguf -p hi --kv-type int3",
+                           "run -m x.gguf -p hi --evict lru", "perplexity -m x.gguf -f y --kv-group 48",
+                           "run -m x.gguf -p hi --evict streaming --sinks 8 --window 8"}) {
     INFO("ember " << args);
     const Run r = run_cli(args);
     CHECK(r.code == 2);
@@ -103,6 +105,9 @@ TEST_CASE("ember info and ember tokenize", "[cli]") {
     CHECK_THAT(r.out, Catch::Matchers::Contains("sliding window:   16 tokens on 5 of 6 layers"));
     CHECK_THAT(r.out, Catch::Matchers::Contains("Q4_K x"));
     CHECK_THAT(r.out, Catch::Matchers::Contains("weights:"));
+    // Bytes per cached token for each storage type.
+    for (const char* kind : {"f32", "f16", "int8 g32", "int8 g64", "int4 g32", "int4 g64"})
+      CHECK_THAT(r.out, Catch::Matchers::Contains(std::string("  ") + kind + " "));
   }
   const auto vocab = ember::test::tokenizer_dir() / "ggml-vocab-llama-spm.gguf";
   if (std::filesystem::exists(vocab)) {
@@ -149,6 +154,18 @@ TEST_CASE("run, chat, perplexity and bench on the real model", "[cli][real_model
   CHECK(ppl.code == 0);
   CHECK_THAT(ppl.out, Catch::Matchers::Contains("perplexity: "));
   CHECK_THAT(ppl.out, Catch::Matchers::Contains("2 chunks of 256 tokens, 254 tokens scored"));
+
+  // The KV flags: a bounded stream and quantized storage.
+  const Run kv_run = run_cli("run -m " + quote(model) +
+                             " -p 'The capital of France is' -n 40 --temp 0 -t 2 --kv-type int8 --evict streaming"
+                             " --sinks 4 --window 16");
+  CHECK(kv_run.code == 0);
+  const Run stream = run_cli("perplexity -m " + quote(model) + " -f " +
+                             quote(ember::test::data_dir() / "gemma3" / "perplexity.txt") +
+                             " --stream --tokens 300 --segment 100 --evict h2o --heavy 32 --recent 32 --kv-type int4 -t 2");
+  CHECK(stream.code == 0);
+  CHECK_THAT(stream.out, Catch::Matchers::Contains("h2o: 32 heavy + 32 recent"));
+  CHECK_THAT(stream.out, Catch::Matchers::Contains("over 299 tokens (stream)"));
 
   const Run bench = run_cli("bench -m " + quote(model) + " -p 32 -n 4 -r 1 -t 2 --json");
   CHECK(bench.code == 0);
