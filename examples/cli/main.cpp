@@ -13,12 +13,14 @@ constexpr const char* kUsage = R"(usage: ember <command> [options]
 
 commands:
   run         -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
-              [--repeat-penalty R] [--seed S] [-t THREADS] [--ctx N] [--chat]
+              [--repeat-penalty R] [--seed S] [-t THREADS] [--ctx N] [--chat] [KV options]
               stream a continuation of PROMPT (with --chat: as one user turn)
   chat        -m MODEL [-n N] [--system TEXT] [--temp T] [--seed S] [-t THREADS] [--ctx N]
               interactive multi-turn chat in the model's chat format (terminal or pipe)
-  perplexity  -m MODEL -f FILE [--ctx N] [-t THREADS]
+  perplexity  -m MODEL -f FILE [--ctx N] [-t THREADS] [KV options]
               perplexity of a text, scored like llama-perplexity
+              --stream [--tokens N] [--batch 16] [--segment 1000] [--restart N] [--csv FILE]:
+              read the text as one stream through a bounded cache, perplexity per segment
   bench       -m MODEL [-p 512] [-n 64] [-t THREADS] [--json]
               prefill and decode speed
   logits      -m MODEL --tokens "1 5 9" -o FILE [-t THREADS]
@@ -28,6 +30,13 @@ commands:
   info        -m MODEL
               architecture, hyper-parameters, tensor types and memory use
   version     print the version
+
+KV options (run, perplexity):
+  --kv-type f16|f32|int8|int4   storage of keys and values (default f16)
+  --kv-group 32|64              values per scale for int8/int4 (default 32)
+  --evict none|streaming|h2o    policy when the cache is full (default none: error)
+  --sinks N --window N          streaming: keep N first tokens + the last N (4, 1020)
+  --heavy N --recent N          h2o: keep N most-attended + the last N (128, 128)
 
 Wrong arguments exit with code 2, errors with code 1.
 )";
