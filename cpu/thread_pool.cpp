@@ -1,6 +1,7 @@
 #include "cpu/thread_pool.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/fail.hpp"
 
@@ -57,7 +58,12 @@ void ThreadPool::run(const std::function<void(int, int)>& task) {
   }
   wake_.notify_all();
   run_task(0);
-  while (pending_.load(std::memory_order_acquire) != 0) EMBER_CPU_RELAX();
+  // Spin while the workers finish; yield now and then so that a worker waiting for a
+  // core (another process holds it) gets ours instead of a whole time slice later.
+  for (uint32_t spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    EMBER_CPU_RELAX();
+    if ((spin & 255) == 255) std::this_thread::yield();
+  }
   task_ = nullptr;
   if (error_) std::rethrow_exception(error_);
 }
@@ -68,6 +74,7 @@ void ThreadPool::worker_loop(int index) {
     uint64_t current = generation_.load(std::memory_order_acquire);
     for (int spin = 0; current == seen && spin < kSpinIterations; ++spin) {
       EMBER_CPU_RELAX();
+      if ((spin & 255) == 255) std::this_thread::yield();
       current = generation_.load(std::memory_order_acquire);
     }
     if (current == seen) {

@@ -559,7 +559,7 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
     const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
     // What a query at n_tokens needs: everything before it, or its window.
     const int32_t needed_from = config_.eviction.policy != Eviction::none ? n_tokens
-                                : w > 0                                   ? n_tokens - w + 1
+                                : w > 0                                   ? std::max(0, n_tokens - w + 1)
                                                                           : 0;
     if (l.dropped_max >= needed_from) exact = false;
   }

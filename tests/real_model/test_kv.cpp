@@ -230,3 +230,4 @@ TEST_CASE("bad KV options are typed errors", "[kv_real][errors]") {
   expect_error([&] { Model::load(test::real_model_path(), {.kv_page_tokens = 0}); }, ErrorCode::invalid_argument,
                "kv_page_tokens");
 }
+
