@@ -1,24 +1,30 @@
-// Kernel benchmarks: GB/s of weights streamed and GFLOP/s, per weight type and ISA level.
+// Kernel benchmarks of the CPU backend: GB/s of data streamed and GFLOP/s.
 //
-//   mem_read/threads:N       plain read bandwidth of this machine (the roofline for decode)
-//   dot/<type>/<isa>         one thread, WeightKernels::dot over every row of a 4096 x 4096 matrix
-//   decode/<type>/<isa>/threads:T   cpu::matmul, 1 token (weights read from memory), T = 1, 2
-//   prefill/<type>/<isa>/threads:2  cpu::matmul, 64 tokens (compute-bound)
+//   mem_read/threads:T
+//       plain read bandwidth of this machine (the roofline of decode)
+//   matmul/<type>/<isa>/<in>x<out>/tokens:N/threads:T
+//       cpu::matmul of an [out, in] weight matrix (GGUF shape {in, out}) with N
+//       activation rows: 2048x2048 (attn_q, attn_output of a 1B llama) and
+//       2048x5632 (ffn_gate, ffn_up); N = 1 (decode), 16 and 128 (prefill); T = 1
+//       and 2; every weight format at every ISA level this CPU runs
+//   attention/<cache type>/ctx:C/tokens:N/threads:T
+//       cpu::attention of N query tokens over C cached tokens (32 query heads, 4 KV
+//       heads of 64 values, pages of 16 tokens: TinyLlama's shape), at the best level
 //
-// Decode and dot rotate over several matrices totalling more than the last-level
-// cache, so they measure memory streaming, not cache bandwidth, as a real model does.
-// Bytes are the weight bytes read per op (state.SetBytesProcessed); FLOPs are
-// 2 * n_out * n_in * n_tok per op (counter "FLOPS", shown as a rate).
+// Each iteration of matmul uses the next of several copies of the matrix, together
+// larger than the last-level cache, so that weights come from memory as in a real
+// model. Bytes are the weight (matmul) or K and V (attention) bytes read per op;
+// the "FLOPS" counter is 2 * out * in * N (matmul) or 4 * heads * head_dim * N *
+// visible cells (attention: q.k and the weighted sum of v), shown as a rate.
+// The whole program takes long; select with --benchmark_filter (docs/performance.md).
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend/host_buffer.hpp"
@@ -32,59 +38,78 @@ using ember::backend::Tensor;
 using ember::cpu::Isa;
 using ember::quant::DType;
 
-constexpr int64_t kRows = 4096, kCols = 4096;
-constexpr size_t kStreamBytes = size_t(160) << 20;  // > L3 (32 MB) several times over
+constexpr size_t kStreamBytes = size_t(160) << 20;  // > L3 (32 MiB) several times over
 
-// Several [kRows, kCols] matrices of one type with realistic contents: 64 distinct
-// rows quantized from normal values, repeated.
+struct Shape {
+  int64_t in, out;
+};
+constexpr Shape kShapes[] = {{2048, 2048}, {2048, 5632}};
+constexpr int64_t kPrefillTokens[] = {16, 128};
+
+// Copies of one [out, in] matrix of one type, together over kStreamBytes, with
+// realistic contents: 64 distinct rows quantized from normal values, repeated.
 struct Matrices {
+  DType type{};
+  Shape shape{};
   std::vector<std::unique_ptr<HostBuffer>> buffers;
   std::vector<Tensor> tensors;
   size_t bytes_each = 0;
 };
 
-Matrices& matrices(DType type) {
-  static std::map<DType, Matrices> cache;
-  auto [it, fresh] = cache.try_emplace(type);
-  Matrices& m = it->second;
-  if (!fresh) return m;
-  const size_t row_bytes = ember::quant::row_bytes(type, kCols);
-  m.bytes_each = row_bytes * kRows;
+// The matrices of the running benchmark; benchmarks are registered type by type and
+// shape by shape, so keeping only the last set bounds memory without rebuilding often.
+Matrices& matrices(DType type, Shape shape) {
+  static std::optional<Matrices> cached;
+  if (cached && cached->type == type && cached->shape.in == shape.in && cached->shape.out == shape.out) return *cached;
+  cached.reset();
+  Matrices& m = cached.emplace();
+  m.type = type;
+  m.shape = shape;
+  const size_t row_bytes = ember::quant::row_bytes(type, shape.in);
+  m.bytes_each = row_bytes * size_t(shape.out);
   std::vector<std::byte> rows(64 * row_bytes);
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(kCols);
+  std::vector<float> values(static_cast<size_t>(shape.in));
   for (int r = 0; r < 64; ++r) {
     for (float& v : values) v = normal(rng);
-    ember::quant::quantize_row(type, values.data(), rows.data() + r * row_bytes, kCols);
+    ember::quant::quantize_row(type, values.data(), rows.data() + r * row_bytes, shape.in);
   }
   const size_t count = std::max<size_t>(2, (kStreamBytes + m.bytes_each - 1) / m.bytes_each);
   for (size_t i = 0; i < count; ++i) {
     auto buffer = std::make_unique<HostBuffer>(m.bytes_each);
-    for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t r = 0; r < shape.out; ++r)
       std::memcpy(buffer->host_data() + r * row_bytes, rows.data() + (r % 64) * row_bytes, row_bytes);
-    m.tensors.push_back(ember::backend::make_tensor(*buffer, 0, type, kRows, kCols));
+    m.tensors.push_back(ember::backend::make_tensor(*buffer, 0, type, shape.out, shape.in));
     m.buffers.push_back(std::move(buffer));
   }
   return m;
 }
 
-struct Activations {
+// A host tensor of normal f32 values.
+struct HostTensor {
   std::unique_ptr<HostBuffer> buffer;
   Tensor tensor;
 };
-Activations activations(int64_t n_tok, int64_t n_cols) {
-  Activations a;
-  a.buffer = std::make_unique<HostBuffer>(size_t(n_tok * n_cols) * 4);
-  a.tensor = ember::backend::make_tensor(*a.buffer, 0, DType::f32, n_tok, n_cols);
-  std::mt19937 rng(7);
+HostTensor random_f32(int64_t rows, int64_t cols, uint32_t seed) {
+  HostTensor a;
+  a.buffer = std::make_unique<HostBuffer>(size_t(rows * cols) * 4);
+  a.tensor = ember::backend::make_tensor(*a.buffer, 0, DType::f32, rows, cols);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t i = 0; i < n_tok * n_cols; ++i) a.tensor.row_ptr<float>(0)[i] = normal(rng);
+  for (int64_t i = 0; i < rows * cols; ++i) a.tensor.row_ptr<float>(0)[i] = normal(rng);
+  return a;
+}
+HostTensor i32_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t cols) {
+  HostTensor a;
+  a.buffer = std::make_unique<HostBuffer>(values.size() * 4);
+  a.tensor = ember::backend::make_tensor(*a.buffer, 0, DType::i32, rows, cols);
+  std::memcpy(a.buffer->host_data(), values.data(), values.size() * 4);
   return a;
 }
 
-void report(benchmark::State& state, size_t bytes_per_op, double flops_per_op) {
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes_per_op));
+void report(benchmark::State& state, double bytes_per_op, double flops_per_op) {
+  state.SetBytesProcessed(int64_t(double(state.iterations()) * bytes_per_op));
   state.counters["FLOPS"] = benchmark::Counter(flops_per_op * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
@@ -109,60 +134,117 @@ void bench_mem_read(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
 }
 
-void bench_dot(benchmark::State& state, DType type, Isa isa) {
-  const auto& kernels = ember::cpu::weight_kernels(isa, type);
-  Matrices& m = matrices(type);
-  const Activations x = activations(1, kCols);
-  std::vector<std::byte> act(ember::quant::row_bytes(kernels.activation_type, kCols));
-  kernels.quantize_activations(x.tensor.row_ptr<float>(0), act.data(), kCols);
-  const size_t row_bytes = ember::quant::row_bytes(type, kCols);
-  size_t which = 0;
-  float sum = 0.0f;
-  for (auto _ : state) {
-    const std::byte* w = m.tensors[which].row_ptr(0);
-    which = (which + 1) % m.tensors.size();
-    for (int64_t r = 0; r < kRows; ++r) sum += kernels.dot(w + r * row_bytes, act.data(), kCols);
-  }
-  benchmark::DoNotOptimize(sum);
-  report(state, m.bytes_each, 2.0 * kRows * kCols);
-}
-
-void bench_matmul(benchmark::State& state, DType type, Isa isa, int64_t n_tok) {
+void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int64_t n_tok) {
   const int threads = int(state.range(0));
-  Matrices& m = matrices(type);
-  const Activations x = activations(n_tok, kCols);
-  auto out_buffer = std::make_unique<HostBuffer>(size_t(n_tok * kRows) * 4);
-  const Tensor out = ember::backend::make_tensor(*out_buffer, 0, DType::f32, n_tok, kRows);
+  Matrices& m = matrices(type, shape);
+  const HostTensor x = random_f32(n_tok, shape.in, 7);
+  auto out_buffer = std::make_unique<HostBuffer>(size_t(n_tok * shape.out) * 4);
+  const Tensor out = ember::backend::make_tensor(*out_buffer, 0, DType::f32, n_tok, shape.out);
   ember::cpu::ThreadPool pool(threads);
   std::vector<std::byte> scratch;
   ember::cpu::OpContext ctx{pool, isa, scratch, {}};
-  // Prefill is compute-bound: one matrix (cache-resident or not makes no difference).
-  const size_t rotate = n_tok == 1 ? m.tensors.size() : 1;
   size_t which = 0;
   for (auto _ : state) {
     ember::cpu::matmul(ctx, m.tensors[which], x.tensor, out);
-    which = (which + 1) % rotate;
+    which = (which + 1) % m.tensors.size();
   }
-  report(state, m.bytes_each, 2.0 * kRows * kCols * double(n_tok));
+  report(state, double(m.bytes_each), 2.0 * double(shape.out) * double(shape.in) * double(n_tok));
+}
+
+// N query tokens at positions [ctx - N, ctx) of one sequence, over ctx cached cells.
+void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, int64_t n_tok) {
+  const int threads = int(state.range(0));
+  constexpr int kHeads = 32, kHeadsKV = 4, kHeadDim = 64, kPage = 16;
+  const int64_t kv_width = int64_t(kHeadsKV) * kHeadDim;
+  const int64_t n_slots = (n_ctx + kPage - 1) / kPage * kPage;
+  const size_t row_bytes = ember::quant::row_bytes(cache_type, kv_width);
+
+  // K and V caches of normal values (scaled so that softmax is not one-hot).
+  std::vector<std::unique_ptr<HostBuffer>> caches;
+  Tensor kv[2];
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> row(static_cast<size_t>(kv_width));
+  for (Tensor& t : kv) {
+    caches.push_back(std::make_unique<HostBuffer>(row_bytes * size_t(n_slots)));
+    t = ember::backend::make_tensor(*caches.back(), 0, cache_type, n_slots, kv_width);
+    for (int64_t s = 0; s < n_slots; ++s) {
+      for (float& v : row) v = normal(rng);
+      ember::quant::quantize_row(cache_type, row.data(), t.row_ptr(s), kv_width);
+    }
+  }
+  const HostTensor q = random_f32(n_tok, int64_t(kHeads) * kHeadDim, 5);
+  auto out_buffer = std::make_unique<HostBuffer>(size_t(n_tok * kHeads * kHeadDim) * 4);
+  const Tensor out = ember::backend::make_tensor(*out_buffer, 0, DType::f32, n_tok, int64_t(kHeads) * kHeadDim);
+
+  std::vector<int32_t> token_pos(static_cast<size_t>(n_tok)), token_seq(static_cast<size_t>(n_tok), 0),
+      pages(static_cast<size_t>(n_slots / kPage)), cell_pos(static_cast<size_t>(n_ctx));
+  for (int64_t t = 0; t < n_tok; ++t) token_pos[size_t(t)] = int32_t(n_ctx - n_tok + t);
+  for (size_t p = 0; p < pages.size(); ++p) pages[p] = int32_t(p);
+  for (int64_t c = 0; c < n_ctx; ++c) cell_pos[size_t(c)] = int32_t(c);
+  const HostTensor pos_t = i32_tensor(token_pos, n_tok, 1), seq_t = i32_tensor(token_seq, n_tok, 1),
+                   pages_t = i32_tensor(pages, 1, int64_t(pages.size())),
+                   cells_t = i32_tensor({int32_t(n_ctx)}, 1, 1), cell_pos_t = i32_tensor(cell_pos, 1, n_ctx);
+  ember::backend::AttentionParams params;
+  params.n_head = kHeads;
+  params.n_head_kv = kHeadsKV;
+  params.head_dim = kHeadDim;
+  params.scale = 1.0f / 8.0f;
+  params.page_tokens = kPage;
+  params.token_pos = pos_t.tensor;
+  params.token_seq = seq_t.tensor;
+  params.page_table = pages_t.tensor;
+  params.seq_cells = cells_t.tensor;
+  params.cell_pos = cell_pos_t.tensor;
+
+  ember::cpu::ThreadPool pool(threads);
+  std::vector<std::byte> scratch;
+  ember::cpu::OpContext ctx{pool, ember::cpu::best_isa(), scratch, {}};
+  for (auto _ : state) ember::cpu::attention(ctx, q.tensor, kv[0], kv[1], params, out);
+
+  // Causal: query t sees n_ctx - n_tok + t + 1 cells.
+  double visible = 0;
+  for (int64_t t = 0; t < n_tok; ++t) visible += double(n_ctx - n_tok + t + 1);
+  report(state, 2.0 * double(row_bytes) * double(n_ctx), 4.0 * kHeads * kHeadDim * visible);
 }
 
 void register_all() {
   benchmark::RegisterBenchmark("mem_read", bench_mem_read)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
-  for (Isa isa : ember::cpu::available_isas()) {
-    for (DType type : ember::quant::weight_types()) {
-      const std::string name = std::string(ember::quant::type_name(type)) + "/" + std::string(ember::cpu::isa_name(isa));
-      benchmark::RegisterBenchmark(("dot/" + name).c_str(), bench_dot, type, isa)->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("decode/" + name).c_str(), bench_matmul, type, isa, int64_t(1))
-          ->Arg(1)
-          ->Arg(2)
-          ->ArgName("threads")
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
-      benchmark::RegisterBenchmark(("prefill/" + name).c_str(), bench_matmul, type, isa, int64_t(64))
-          ->Arg(2)
-          ->ArgName("threads")
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+  for (DType type : ember::quant::weight_types()) {
+    for (const Shape shape : kShapes) {
+      for (Isa isa : ember::cpu::available_isas()) {
+        const std::string name = "matmul/" + std::string(ember::quant::type_name(type)) + "/" +
+                                 std::string(ember::cpu::isa_name(isa)) + "/" + std::to_string(shape.in) + "x" +
+                                 std::to_string(shape.out) + "/tokens:";
+        benchmark::RegisterBenchmark((name + "1").c_str(), bench_matmul, type, isa, shape, int64_t(1))
+            ->Arg(1)
+            ->Arg(2)
+            ->ArgName("threads")
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+        for (const int64_t n_tok : kPrefillTokens) {
+          benchmark::RegisterBenchmark((name + std::to_string(n_tok)).c_str(), bench_matmul, type, isa, shape, n_tok)
+              ->Arg(1)
+              ->Arg(2)
+              ->ArgName("threads")
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+  for (const DType cache_type : {DType::f16, DType::f32}) {
+    for (const int64_t n_ctx : {512, 4096}) {
+      for (const int64_t n_tok : {1, 32}) {
+        const std::string name = "attention/" + std::string(ember::quant::type_name(cache_type)) +
+                                 "/ctx:" + std::to_string(n_ctx) + "/tokens:" + std::to_string(n_tok);
+        benchmark::RegisterBenchmark(name.c_str(), bench_attention, cache_type, n_ctx, n_tok)
+            ->Arg(1)
+            ->Arg(2)
+            ->ArgName("threads")
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
     }
   }
 }

@@ -46,7 +46,8 @@ struct WeightKernels {
   // already in activation_type are repacked once per op into a layout private to the
   // level, in which one register holds the same part of many blocks, so that the
   // per-block float work is shared; dot_tile then takes packed rows. Pays off when the
-  // packing is reused by several weight rows, i.e. from about tile_x tokens up.
+  // packing is reused by several weight rows, i.e. from about tile_x tokens up, or
+  // for every token count where `decode` is set.
   struct Packed {
     size_t (*row_bytes)(int64_t n);  // bytes of one packed row of `n` values
     // Packs one row of `n` values (activation_type) into `row_bytes(n)` bytes at `packed`.
@@ -56,6 +57,10 @@ struct WeightKernels {
                      size_t packed_row_bytes, int n_x, float* out, size_t out_stride, int64_t n);
     int tile_w;
     int tile_x;
+    // True where the packed dot_tile also beats the plain kernels for one activation
+    // row (it then reads the weight rows one after another): matmul uses the packed
+    // path for every token count, decode too, packing the row once per op.
+    bool decode;
   } packed;
 };
 

@@ -171,11 +171,27 @@ void dot_tile(const void* weights, size_t w_row_bytes, int n_w, const void* acti
   dot_tile_split<K, K, MW, MX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
 }
 
+// WeightKernels::packed.dot_tile.
+// - One activation row (decode, WeightKernels::Packed::decode): the weight rows one after
+//   another, a single sequential stream (see rows_sequential).
+// - Short rows, whose packed activations for 16 tokens stay in L1 (Gemma 3 270M's 640
+//   values): tiles of 1 weight row x 16 tokens, so that each weight step is unpacked
+//   once for 16 tokens (the unpacking costs about as much as the dot products).
+// - Longer rows: tiles of MW x MX, whose MX activation rows stay in L1.
 template <class KP, class KT, int MW, int MX>
 void dot_tile_packed(const void* weights, size_t w_row_bytes, int n_w, const void* packed, size_t p_row_bytes,
                      int n_x, float* out, size_t out_stride, int64_t n) {
-  dot_tile_with<PackedTile<KP, KT>, MW, MX>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride,
-                                            n);
+  constexpr int kWideX = 16;
+  constexpr size_t kL1Budget = 20 * 1024;  // of the 32 KiB L1D, the rest for weights and stack
+  if (n_x == 1) {
+    dot_tile_with<PackedTile<KP, KT>, 1, 1>(weights, w_row_bytes, n_w, packed, p_row_bytes, 1, out, out_stride, n);
+  } else if (n_x > MX && p_row_bytes * kWideX <= kL1Budget) {
+    dot_tile_with<PackedTile<KP, KT>, 1, kWideX>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out,
+                                                 out_stride, n);
+  } else {
+    dot_tile_with<PackedTile<KP, KT>, MW, MX>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride,
+                                              n);
+  }
 }
 
 // WeightKernels::dot: a 1 x 1 tile.

@@ -27,7 +27,7 @@ namespace {
 constexpr size_t kDecodeChunkBytes = 256 * 1024;
 constexpr size_t kPrefillChunkBytes = 256 * 1024;
 // Token rows per dot_tile call in prefill (rounded down to a multiple of tile_x).
-constexpr int kTokenBlock = 24;
+constexpr int kTokenBlock = 32;
 // Scratch offset alignment of the converted activations.
 constexpr size_t kAlign = 64;
 
@@ -48,7 +48,7 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
 
   // ---- 1. activations ----
   const bool decode = n_tok <= kernels.tile_x;
-  const bool packed = !decode && kernels.packed.dot_tile != nullptr;
+  const bool packed = kernels.packed.dot_tile != nullptr && (!decode || kernels.packed.decode);
   const std::byte* act = nullptr;
   size_t act_row_bytes = 0;
   if (kernels.activation_type == quant::DType::f32) {

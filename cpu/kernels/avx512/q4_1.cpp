@@ -39,6 +39,7 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kPackedW = 4, kPackedX = 4;
+constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 3;
 
 }  // namespace
@@ -46,6 +47,6 @@ constexpr int kTileW = 4, kTileX = 3;
 extern const WeightKernels kQ4_1 = {quant::DType::q4_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
     {packed_row_bytes<quant::BlockQ8_1>, pack_row<quant::BlockQ8_1, 0>,
-     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX}};
+     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
 
 }  // namespace ember::cpu::avx512

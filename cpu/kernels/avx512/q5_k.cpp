@@ -87,12 +87,13 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kPackedW = 4, kPackedX = 4;
+constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 3;
 
 }  // namespace
 
 extern const WeightKernels kQ5_K = {quant::DType::q5_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_pair_row_bytes, pack_q8_k_pairs, dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX}};
+    {packed_pair_row_bytes, pack_q8_k_pairs, dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
 
 }  // namespace ember::cpu::avx512

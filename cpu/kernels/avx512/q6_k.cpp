@@ -132,13 +132,14 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kPackedW = 4, kPackedX = 4;
+constexpr int kPackedW = 2, kPackedX = 8;
+constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 3;
 
 }  // namespace
 
 extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_q6_row_bytes, pack_q8_k_q6, dot_tile_packed<PackedQ6Step, Step, kPackedW, kPackedX>, kPackedW, kPackedX}};
+    {packed_q6_row_bytes, pack_q8_k_q6, dot_tile_packed<PackedQ6Step, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
 
 }  // namespace ember::cpu::avx512

@@ -47,6 +47,7 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kPackedW = 4, kPackedX = 4;
+constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 4;
 
 }  // namespace
@@ -54,6 +55,6 @@ constexpr int kTileW = 4, kTileX = 4;
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
     {packed_row_bytes<quant::BlockQ8_0>, pack_row<quant::BlockQ8_0, 128>,
-     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX}};
+     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
 
 }  // namespace ember::cpu::avx512
