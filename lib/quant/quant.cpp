@@ -6,6 +6,7 @@
 
 #include "common/fail.hpp"
 #include "quant/formats.hpp"
+#include "quant/kv_formats.hpp"
 
 namespace ember::quant {
 namespace {
@@ -18,7 +19,7 @@ struct Format {
   float (*dot)(const void*, const void*, int64_t);  // nullptr: not a weight type
 };
 
-constexpr std::array<Format, 13> kFormats{{
+constexpr std::array<Format, 17> kFormats{{
     {DType::f32, DType::f32, ref::dequantize_f32, ref::quantize_f32, ref::dot_f32},
     {DType::f16, DType::f32, ref::dequantize_f16, ref::quantize_f16, ref::dot_f16},
     {DType::bf16, DType::f32, ref::dequantize_bf16, ref::quantize_bf16, ref::dot_bf16},
@@ -32,6 +33,11 @@ constexpr std::array<Format, 13> kFormats{{
     {DType::q6_k, DType::q8_k, ref::dequantize_q6_k, ref::quantize_q6_k, ref::dot_q6_k},
     {DType::q8_1, DType::q8_1, ref::dequantize_q8_1, ref::quantize_q8_1, nullptr},
     {DType::q8_k, DType::q8_k, ref::dequantize_q8_k, ref::quantize_q8_k, nullptr},
+    // KV-cache storage types (kv_formats.hpp): quantize/dequantize only.
+    {DType::kv_q8_g32, DType::kv_q8_g32, ref::dequantize_kv_q8_g32, ref::quantize_kv_q8_g32, nullptr},
+    {DType::kv_q8_g64, DType::kv_q8_g64, ref::dequantize_kv_q8_g64, ref::quantize_kv_q8_g64, nullptr},
+    {DType::kv_q4_g32, DType::kv_q4_g32, ref::dequantize_kv_q4_g32, ref::quantize_kv_q4_g32, nullptr},
+    {DType::kv_q4_g64, DType::kv_q4_g64, ref::dequantize_kv_q4_g64, ref::quantize_kv_q4_g64, nullptr},
 }};
 
 const Format& format(const char* what, DType type) {

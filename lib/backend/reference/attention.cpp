@@ -4,14 +4,17 @@
 
 #include "backend/reference/ops.hpp"
 #include "common/fail.hpp"
-#include "common/fp16.hpp"
+#include "quant/quant.hpp"
 
 namespace ember::reference {
 namespace {
 
-float load(const Tensor& cache, int64_t slot, int64_t col) {
-  if (cache.type == backend::DType::f32) return cache.row_ptr<float>(slot)[col];
-  return fp16_to_fp32(cache.row_ptr<uint16_t>(slot)[col]);
+// Cache rows `slots` decoded to f32 with the type's reference decoder: [slots.size(), cache.cols].
+std::vector<float> decode_rows(const Tensor& cache, const std::vector<int64_t>& slots) {
+  std::vector<float> rows(slots.size() * size_t(cache.cols));
+  for (size_t j = 0; j < slots.size(); ++j)
+    quant::dequantize_row(cache.type, cache.row_ptr(slots[j]), rows.data() + j * size_t(cache.cols), cache.cols);
+  return rows;
 }
 
 }  // namespace
@@ -19,7 +22,11 @@ float load(const Tensor& cache, int64_t slot, int64_t col) {
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const backend::AttentionParams& p,
                const Tensor& out) {
   const int group = p.n_head / p.n_head_kv;
+  const bool want_scores = p.score_acc.rows > 0;
+  // Probabilities added to score_acc, summed in double and added once at the end.
+  std::vector<double> score_sum(want_scores ? size_t(p.score_acc.rows * p.score_acc.cols) : 0, 0.0);
   std::vector<int64_t> slots;
+  std::vector<int32_t> cells;
   std::vector<double> scores;
   for (int64_t t = 0; t < q.rows; ++t) {
     const int32_t pos = *p.token_pos.row_ptr<int32_t>(t);
@@ -33,21 +40,28 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
            seq, n_cells);
     const int32_t* pages = p.page_table.row_ptr<int32_t>(seq);
 
-    // The cache slots this token may see.
+    // The cache slots this token may see, and their cells.
     slots.clear();
+    cells.clear();
     for (int32_t c = 0; c < n_cells; ++c) {
       const int64_t slot = int64_t(pages[c / p.page_tokens]) * p.page_tokens + c % p.page_tokens;
       if (slot < 0 || slot >= k_cache.rows)
         fail(ErrorCode::invalid_argument, "attention: cell {} maps to slot {} outside the cache", c, slot);
-      const int32_t kv_pos = *p.slot_pos.row_ptr<int32_t>(slot);
+      if (c >= p.cell_pos.cols)
+        fail(ErrorCode::invalid_argument, "attention: cell {} of sequence row {} has no cell_pos column", c, seq);
+      const int32_t kv_pos = p.cell_pos.row_ptr<int32_t>(seq)[c];
       if (kv_pos < 0 || kv_pos > pos) continue;
       if (p.window > 0 && pos - kv_pos >= p.window) continue;
       slots.push_back(slot);
+      cells.push_back(c);
     }
+    const std::vector<float> keys = decode_rows(k_cache, slots), values = decode_rows(v_cache, slots);
+    const auto width = size_t(k_cache.cols);
 
     for (int h = 0; h < p.n_head; ++h) {
       const float* qh = q.row_ptr<float>(t) + int64_t(h) * p.head_dim;
-      const int64_t kv_col = int64_t(h / group) * p.head_dim;
+      const int kv_head = h / group;
+      const size_t kv_col = size_t(kv_head) * size_t(p.head_dim);
       float* oh = out.row_ptr<float>(t) + int64_t(h) * p.head_dim;
       if (slots.empty()) {
         for (int d = 0; d < p.head_dim; ++d) oh[d] = 0.0f;
@@ -57,7 +71,7 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
       double max_score = -std::numeric_limits<double>::infinity();
       for (size_t j = 0; j < slots.size(); ++j) {
         double dot = 0.0;
-        for (int d = 0; d < p.head_dim; ++d) dot += double(qh[d]) * load(k_cache, slots[j], kv_col + d);
+        for (int d = 0; d < p.head_dim; ++d) dot += double(qh[d]) * keys[j * width + kv_col + size_t(d)];
         double s = dot * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scores[j] = s;
@@ -70,10 +84,19 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
       }
       for (int d = 0; d < p.head_dim; ++d) {
         double acc = 0.0;
-        for (size_t j = 0; j < slots.size(); ++j) acc += scores[j] * load(v_cache, slots[j], kv_col + d);
+        for (size_t j = 0; j < slots.size(); ++j) acc += scores[j] * values[j * width + kv_col + size_t(d)];
         oh[d] = float(acc / total);
       }
+      if (want_scores)
+        for (size_t j = 0; j < slots.size(); ++j)
+          score_sum[size_t(seq * p.score_acc.cols) + size_t(cells[j]) * size_t(p.n_head_kv) + size_t(kv_head)] +=
+              scores[j] / total;
     }
+  }
+  for (int64_t s = 0; s < p.score_acc.rows; ++s) {
+    float* row = p.score_acc.row_ptr<float>(s);
+    for (int64_t i = 0; i < p.score_acc.cols; ++i)
+      row[i] = float(double(row[i]) + score_sum[size_t(s * p.score_acc.cols + i)]);
   }
 }
 

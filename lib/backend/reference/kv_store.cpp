@@ -3,6 +3,7 @@
 #include "backend/reference/ops.hpp"
 #include "common/fail.hpp"
 #include "common/fp16.hpp"
+#include "quant/quant.hpp"
 
 namespace ember::reference {
 
@@ -14,6 +15,8 @@ void kv_store(const Tensor& src, const Tensor& cache, const Tensor& slots) {
     const float* s = src.row_ptr<float>(t);
     if (cache.type == backend::DType::f32) {
       std::memcpy(cache.row_ptr(slot), s, size_t(src.cols) * sizeof(float));
+    } else if (cache.type != backend::DType::f16) {
+      quant::quantize_row(cache.type, s, cache.row_ptr(slot), src.cols);  // quant/kv_formats.hpp
     } else {
       uint16_t* d = cache.row_ptr<uint16_t>(slot);
       for (int64_t c = 0; c < src.cols; ++c) d[c] = fp32_to_fp16(s[c]);

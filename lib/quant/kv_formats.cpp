@@ -1,0 +1,212 @@
+// Reference arithmetic of the KV-cache formats; the layout is specified in kv_formats.hpp.
+#include "quant/kv_formats.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/fp16.hpp"
+
+namespace ember::quant::kv {
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// f16 nearest to `v` that is <= v (toward -inf).
+uint16_t fp16_round_down(float v) {
+  uint16_t h = fp32_to_fp16(v);
+  if (fp16_to_fp32(h) > v) {
+    if (h & 0x8000u) {
+      ++h;  // more negative
+    } else {
+      h = h == 0 ? uint16_t(0x8001u) : uint16_t(h - 1);
+    }
+  }
+  return h;
+}
+
+// f16 nearest to `v` that is >= v (toward +inf).
+uint16_t fp16_round_up(float v) {
+  uint16_t h = fp32_to_fp16(v);
+  if (fp16_to_fp32(h) < v) {
+    if (h & 0x8000u) {
+      h = h == 0x8000u ? uint16_t(1) : uint16_t(h - 1);  // less negative
+    } else {
+      ++h;
+    }
+  }
+  return h;
+}
+
+// round_half_even(v) clamped to [lo, hi]; NaN becomes lo. (Plain comparisons rather than
+// std::fmin/fmax, which compile to library calls without -ffinite-math-only.)
+int round_clamp(float v, float lo, float hi) {
+  const float r = std::nearbyint(v);
+  return int(!(r >= lo) ? lo : (r > hi ? hi : r));
+}
+
+}  // namespace
+
+int group_size(DType type) {
+  switch (type) {
+    case DType::kv_q8_g32:
+    case DType::kv_q4_g32:
+      return 32;
+    case DType::kv_q8_g64:
+    case DType::kv_q4_g64:
+      return 64;
+    default:
+      return 0;
+  }
+}
+
+void quantize_q8(const float* src, void* dst, int64_t n, int group) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / group; ++b, out += group + 2) {
+    const float* x = src + b * group;
+    float amax = 0.0f;
+    for (int j = 0; j < group; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;  // NaN ignored
+    const uint16_t d = fp32_to_fp16(amax / 127.0f);
+    const float scale = fp16_to_fp32(d);
+    store_u16(out, d);
+    auto* q = reinterpret_cast<int8_t*>(out + 2);
+    for (int j = 0; j < group; ++j) q[j] = scale > 0.0f ? int8_t(round_clamp(x[j] / scale, -127.0f, 127.0f)) : 0;
+  }
+}
+
+void dequantize_q8(const void* src, float* dst, int64_t n, int group) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n / group; ++b, in += group + 2) {
+    const float d = fp16_to_fp32(load_u16(in));
+    const auto* q = reinterpret_cast<const int8_t*>(in + 2);
+    for (int j = 0; j < group; ++j) dst[b * group + j] = d * float(q[j]);
+  }
+}
+
+namespace {
+
+// sigma_j = -1 where bit j of kSigns is set: the first 64 bits of the fraction of pi.
+constexpr uint64_t kSigns = 0x243F6A8885A308D3ull;
+
+// In place, per group: v = H_G v / sqrt(G), the butterflies then one multiply.
+void hadamard_groups(float* v, int64_t n, int group) {
+  // f32(1 / sqrt(G)): 0x3e3504f3 for 32; 0.125 exactly for 64.
+  const float norm = group == 64 ? 0.125f : 0.17677669529663688f;
+  for (int64_t b = 0; b < n / group; ++b) {
+    float* x = v + b * group;
+    for (int h = 1; h < group; h *= 2)
+      for (int i = 0; i < group; i += 2 * h)
+        for (int j = i; j < i + h; ++j) {
+          const float a = x[j], c = x[j + h];
+          x[j] = a + c;
+          x[j + h] = a - c;
+        }
+    for (int j = 0; j < group; ++j) x[j] *= norm;
+  }
+}
+
+void flip_signs(float* v, int64_t n, int group) {
+  for (int64_t i = 0; i < n; ++i)
+    if ((kSigns >> (i % group)) & 1) v[i] = -v[i];
+}
+
+}  // namespace
+
+void rotate_groups(float* v, int64_t n, int group) {
+  flip_signs(v, n, group);
+  hadamard_groups(v, n, group);
+}
+
+void unrotate_groups(float* v, int64_t n, int group) {
+  hadamard_groups(v, n, group);
+  flip_signs(v, n, group);
+}
+
+namespace {
+
+// Codes of `y` for offset M and scale D, and their squared error.
+float q4_codes(const float* y, int group, float offset, float scale, uint8_t* codes) {
+  float err = 0.0f;
+  for (int j = 0; j < group; ++j) {
+    const int c = scale > 0.0f ? round_clamp((y[j] - offset) / scale, 0.0f, 15.0f) : 0;
+    codes[j] = uint8_t(c);
+    const float e = scale * float(c) + offset - y[j];
+    err += e * e;
+  }
+  return err;
+}
+
+}  // namespace
+
+void quantize_q4(const float* src, void* dst, int64_t n, int group) {
+  auto* out = static_cast<uint8_t*>(dst);
+  const int half = group / 2;
+  float y[64];
+  uint8_t codes[64], best_codes[64];
+  for (int64_t b = 0; b < n / group; ++b, out += half + 4) {
+    std::memcpy(y, src + b * group, sizeof(float) * size_t(group));
+    rotate_groups(y, group, group);
+    float lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < group; ++j) lo = y[j] < lo ? y[j] : lo, hi = y[j] > hi ? y[j] : hi;  // NaN ignored
+    // The min/max choice: every value inside [M, M + 15 D].
+    uint16_t m = fp16_round_down(lo);
+    uint16_t d = fp16_round_up((hi - fp16_to_fp32(m)) / 15.0f);
+    float best = q4_codes(y, group, fp16_to_fp32(m), fp16_to_fp32(d), best_codes);
+    // Candidates that clip the tails a little: codes for a scale of (14 + 0.1 c) / range,
+    // then the least-squares (d, m) for those codes.
+    const float range = hi - lo;
+    for (int c = 0; c <= 20 && range > 0.0f && best > 0.0f; ++c) {
+      const float inv = (14.0f + 0.1f * float(c)) / range;
+      float sl = 0.0f, sll = 0.0f, sy = 0.0f, sly = 0.0f;
+      for (int j = 0; j < group; ++j) {
+        const float l = float(round_clamp((y[j] - lo) * inv, 0.0f, 15.0f));
+        sl += l, sll += l * l, sy += y[j], sly += l * y[j];
+      }
+      const float det = float(group) * sll - sl * sl;
+      if (!(det > 0.0f)) continue;
+      const float fit_d = (float(group) * sly - sl * sy) / det, fit_m = (sll * sy - sl * sly) / det;
+      const uint16_t cd = fp32_to_fp16(fit_d), cm = fp32_to_fp16(fit_m);
+      if (!(fp16_to_fp32(cd) > 0.0f)) continue;
+      const float err = q4_codes(y, group, fp16_to_fp32(cm), fp16_to_fp32(cd), codes);
+      if (err < best) best = err, d = cd, m = cm, std::memcpy(best_codes, codes, size_t(group));
+    }
+    store_u16(out, d);
+    store_u16(out + 2, m);
+    for (int j = 0; j < half; ++j) out[4 + j] = uint8_t(best_codes[j] | (best_codes[j + half] << 4));
+  }
+}
+
+void decode_q4_stored(const void* src, float* dst, int64_t n, int group) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  const int half = group / 2;
+  for (int64_t b = 0; b < n / group; ++b, in += half + 4) {
+    const float d = fp16_to_fp32(load_u16(in)), m = fp16_to_fp32(load_u16(in + 2));
+    float* x = dst + b * group;
+    for (int j = 0; j < half; ++j) {
+      x[j] = d * float(in[4 + j] & 15) + m;
+      x[j + half] = d * float(in[4 + j] >> 4) + m;
+    }
+  }
+}
+
+void dequantize_q4(const void* src, float* dst, int64_t n, int group) {
+  decode_q4_stored(src, dst, n, group);
+  unrotate_groups(dst, n, group);
+}
+
+}  // namespace ember::quant::kv
+
+namespace ember::quant::ref {
+void quantize_kv_q8_g32(const float* src, void* dst, int64_t n) { kv::quantize_q8(src, dst, n, 32); }
+void dequantize_kv_q8_g32(const void* src, float* dst, int64_t n) { kv::dequantize_q8(src, dst, n, 32); }
+void quantize_kv_q8_g64(const float* src, void* dst, int64_t n) { kv::quantize_q8(src, dst, n, 64); }
+void dequantize_kv_q8_g64(const void* src, float* dst, int64_t n) { kv::dequantize_q8(src, dst, n, 64); }
+void quantize_kv_q4_g32(const float* src, void* dst, int64_t n) { kv::quantize_q4(src, dst, n, 32); }
+void dequantize_kv_q4_g32(const void* src, float* dst, int64_t n) { kv::dequantize_q4(src, dst, n, 32); }
+void quantize_kv_q4_g64(const float* src, void* dst, int64_t n) { kv::quantize_q4(src, dst, n, 64); }
+void dequantize_kv_q4_g64(const void* src, float* dst, int64_t n) { kv::dequantize_q4(src, dst, n, 64); }
+}  // namespace ember::quant::ref
