@@ -60,6 +60,7 @@ int stream_perplexity(const Args& args, Model& model, const std::vector<int32_t>
     if (csv)
       std::fprintf(csv, "%zu,%zu,%zu,%.6f,%d,%zu\n", seg_index, last_target + 1 - seg_n, last_target, ppl, mem.tokens,
                    mem.bytes);
+    if (csv) std::fflush(csv);
     std::fflush(stdout);
     ++seg_index;
     seg_sum = 0.0;
