@@ -1,3 +1,8 @@
+// RMSNorm on the CPU with llama.cpp's roundings (ggml-cpu rms_norm followed by the
+// weight multiply), so that a model's hidden state can agree with llama.cpp's bit
+// for bit: each square is rounded to float, the squares are summed in double from
+// the first column to the last, the mean is rounded to float, and the factor is
+// 1.0f / sqrtf(mean + eps) in float; out = (x * factor) * w.
 #include <cmath>
 
 #include "cpu/ops/ops.hpp"
@@ -6,22 +11,17 @@
 namespace ember::cpu {
 namespace {
 
-EMBER_VECTORIZE double sum_squares(const float* x, int64_t n) {
-  // Eight float lanes, then one double sum: vectorizes, and keeps the rounding
-  // error far below the tolerance of the ops tests.
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] += x[i + l] * x[i + l];
+// Sequential on purpose: another summation order changes the last bit of the mean
+// now and then. The loop is a small part of the op (one add per column).
+double sum_squares(const float* x, int64_t n) {
   double total = 0.0;
-  for (int l = 0; l < 8; ++l) total += lanes[l];
-  for (; i < n; ++i) total += double(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) total += double(x[i] * x[i]);
   return total;
 }
 
 EMBER_VECTORIZE void scale_weighted(const float* x, const float* w, float factor, float* out, int64_t n) {
   if (w) {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor * w[i];
+    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * factor) * w[i];
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor;
   }
@@ -34,8 +34,8 @@ void rms_norm(OpContext& ctx, const Tensor& x, const Tensor& weight, float eps, 
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* px = x.row_ptr<float>(r);
-      const double mean = sum_squares(px, x.cols) / double(x.cols);
-      const float inv_rms = float(1.0 / std::sqrt(mean + double(eps)));
+      const auto mean = float(sum_squares(px, x.cols) / double(x.cols));
+      const float inv_rms = 1.0f / std::sqrt(mean + eps);
       scale_weighted(px, w, inv_rms, out.row_ptr<float>(r), x.cols);
     }
   };

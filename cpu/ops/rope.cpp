@@ -13,7 +13,11 @@ bool same_params(const backend::RopeParams& a, const backend::RopeParams& b) {
   return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale;
 }
 
-// Finds or computes the cos/sin table for these positions; angles in double as in the reference.
+// Finds or computes the cos/sin table for these positions. The angles are formed as
+// llama.cpp's CPU backend forms them, so that the results agree bit for bit: in
+// float, theta_0 = pos and theta_{i+1} = theta_i * powf(base, -2/n_rot) (one
+// rounding per step, so the angle of a high pair carries up to ~n_rot/2 roundings,
+// ~1e-6 relative), then cosf/sinf of freq_scale * theta_i.
 const RopeTable& table_for(OpContext& ctx, const Tensor& positions, const backend::RopeParams& p) {
   const int32_t* pos = positions.row_ptr<int32_t>(0);
   const auto n_tok = size_t(positions.rows);
@@ -31,15 +35,15 @@ const RopeTable& table_for(OpContext& ctx, const Tensor& positions, const backen
   t.positions.assign(pos, pos + n_tok);
   const int half = p.n_rot / 2;
   t.cos_sin.resize(n_tok * size_t(half) * 2);
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
+  const float theta_scale = std::pow(p.freq_base, -2.0f / float(p.n_rot));
   for (size_t k = 0; k < n_tok; ++k) {
-    const double scaled = double(pos[k]) * p.freq_scale;
     float* row = t.cos_sin.data() + k * size_t(half) * 2;
+    float theta = float(pos[k]);
     for (int i = 0; i < half; ++i) {
-      const double theta = scaled * inv_freq[size_t(i)];
-      row[2 * i] = float(std::cos(theta));
-      row[2 * i + 1] = float(std::sin(theta));
+      const float angle = p.freq_scale * theta;
+      row[2 * i] = std::cos(angle);
+      row[2 * i + 1] = std::sin(angle);
+      theta *= theta_scale;
     }
   }
   return t;
@@ -49,8 +53,9 @@ EMBER_VECTORIZE void rotate_neox(const float* __restrict src, float* __restrict 
   for (int i = 0; i < half; ++i) {
     const float a = src[i], b = src[i + half];
     const float c = cs[2 * i], s = cs[2 * i + 1];
-    dst[i] = a * c - b * s;
-    dst[i + half] = a * s + b * c;
+    // One FMA each, with the other product rounded first, as llama.cpp's compiled code.
+    dst[i] = std::fma(a, c, -(b * s));
+    dst[i + half] = std::fma(a, s, b * c);
   }
 }
 
@@ -58,8 +63,8 @@ EMBER_VECTORIZE void rotate_normal(const float* __restrict src, float* __restric
   for (int i = 0; i < half; ++i) {
     const float a = src[2 * i], b = src[2 * i + 1];
     const float c = cs[2 * i], s = cs[2 * i + 1];
-    dst[2 * i] = a * c - b * s;
-    dst[2 * i + 1] = a * s + b * c;
+    dst[2 * i] = std::fma(a, c, -(b * s));
+    dst[2 * i + 1] = std::fma(a, s, b * c);
   }
 }
 

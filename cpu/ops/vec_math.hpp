@@ -2,8 +2,13 @@
 // of cpu/ops (EMBER_VECTORIZE). Accuracy is stated per function.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "common/fp16.hpp"
 
 #if defined(EMBER_X86) && defined(__GNUC__) && !defined(__clang__)
 // One clone per ISA level, chosen by the dynamic loader from the running CPU.
@@ -48,5 +53,33 @@ inline float gelu_tanh_approx(float x) {
   const float y = kSqrt2OverPi * (x + 0.044715f * x * x * x);
   return x / (1.0f + exp_approx(-2.0f * y));
 }
+
+// e^x with the algorithm of llama.cpp's vector code (ggml_v_expf, after ARM's
+// optimized-routines expf): x = n ln2 + b with n = round(x / ln2) and ln2 split in
+// two, e^b by a degree-5 polynomial in FMA form, then scaled by 2^n. Maximum error
+// ~1.5 ulp. Bit for bit the values llama.cpp's AVX2 and AVX-512 softmax and SiLU
+// use, so ember's results can agree with llama.cpp's exactly; needs hardware FMA to
+// be fast (std::fma is a library call in the "default" clone). Below about -104 it
+// returns 0, above 88.7 inf.
+inline float exp_fma(float x) {
+  constexpr float kShift = 0x1.8p23f;  // adding it rounds to an integer
+  const float z = std::fma(x, 0x1.715476p+0f, kShift);
+  const float n = z - kShift;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  // j * 2^n in two exact steps (2^n alone may not be a float for n < -126).
+  const auto k = int32_t(std::fmin(std::fmax(n, -200.0f), 200.0f));  // n may be +-inf or NaN
+  const int32_t k1 = k / 2, k2 = k - k1;
+  const float s1 = bits_to_float(uint32_t(std::max(k1 + 127, 1)) << 23);
+  const float s2 = bits_to_float(uint32_t(std::max(std::min(k2 + 127, 254), 1)) << 23);
+  const float res = j * s1 * s2;
+  return n < -192.0f ? 0.0f : (n > 192.0f ? std::numeric_limits<float>::infinity() : res);
+}
+
+// x * sigmoid(x) as llama.cpp's vector SiLU computes it: x / (1 + e^-x) with exp_fma.
+inline float silu_fma(float x) { return x / (1.0f + exp_fma(0.0f - x)); }
 
 }  // namespace ember::cpu

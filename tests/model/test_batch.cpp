@@ -92,11 +92,14 @@ double tolerance(const Backend& b, const std::string& model) {
   return model.ends_with("F16") ? 1e-4 : 3e-2;
 }
 
-size_t argmax_disagreements(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+// Rows whose argmax differs, except near-ties: rows where b's logits of the two
+// choices are within `tie` of each other (differences within the tolerance may flip those).
+size_t argmax_disagreements(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab, double tie = 0.0) {
   size_t bad = 0;
   for (size_t r = 0; r < a.size() / size_t(vocab); ++r) {
     const auto ra = a.begin() + long(r * size_t(vocab)), rb = b.begin() + long(r * size_t(vocab));
-    bad += (std::max_element(ra, ra + vocab) - ra) != (std::max_element(rb, rb + vocab) - rb) ? 1 : 0;
+    const auto ia = std::max_element(ra, ra + vocab) - ra, ib = std::max_element(rb, rb + vocab) - rb;
+    bad += ia != ib && std::abs(double(rb[ib]) - rb[ia]) > tie ? 1 : 0;
   }
   return bad;
 }
@@ -122,7 +125,11 @@ TEST_CASE("a multi-token batch gives the logits of token-by-token decoding", "[b
       const double rel = maxrel(batched, single);
       INFO(b.name << " " << name << " maxrel " << rel);
       CHECK(rel < tolerance(b, name));
-      CHECK(argmax_disagreements(batched, single, f.vocab()) == 0);
+      // The CPU backend also follows llama.cpp's attention sums, which differ between a
+      // batch and a single token (docs/model.md); a near-tie within the tolerance may flip.
+      double max_logit = 0.0;
+      for (float v : single) max_logit = std::max(max_logit, double(std::abs(v)));
+      CHECK(argmax_disagreements(batched, single, f.vocab(), b.reference ? 0.0 : 2 * tolerance(b, name) * max_logit) == 0);
     }
   }
 }
@@ -207,13 +214,14 @@ TEST_CASE("the reference backend and the CPU backend agree on a whole model", "[
     std::vector<float> a, b;
     cpu_f.forward->run(*cpu_f.cache, batch, a);
     ref_f.forward->run(*ref_f.cache, batch, b);
-    // F16 weights: the only differences are float summation order and the CPU's
-    // fast exp. Quantized weights multiply activations quantized to 8 bits, so a
+    // F16 weights: the differences are float summation order, the CPU's exp and the
+    // F16 roundings it shares with llama.cpp (queries and probabilities in attention,
+    // GELU; docs/model.md). Quantized weights multiply activations quantized to 8 bits, so a
     // last-bit difference upstream can move an activation by one quantization step;
     // over a random-weight model that gives the golden tolerance, not more.
     const double rel = maxrel(a, b);
     INFO(name << " maxrel " << rel);
-    CHECK(rel < (std::string(name).ends_with("F16") ? 2e-4 : 5e-2));
+    CHECK(rel < (std::string(name).ends_with("F16") ? 6e-4 : 5e-2));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cpu/kernels/kernels.hpp"
 #include "real_model/real_model.hpp"
 
 using namespace ember;
@@ -67,6 +68,12 @@ std::vector<GreedyCase> read_greedy() {
 // step whose margin is at least kNearTie. The printout shows the exact matches.
 constexpr double kNearTie = 0.5;
 
+// Prompts (1-based) whose 64 tokens ember reproduces exactly with its AVX-512 kernels:
+// norms, rope, GELU and attention follow llama.cpp's roundings and summation orders
+// bit for bit (docs/model.md); what still differs is the summation order of the
+// quantized matrix products, which decides the other prompts at a near-tie.
+constexpr size_t kExactPrompts[] = {1, 3, 4};
+
 TEST_CASE("greedy continuations match llama.cpp token for token", "[real_model][greedy]") {
   auto model = test::gemma();
   const auto cases = read_greedy();
@@ -90,6 +97,9 @@ TEST_CASE("greedy continuations match llama.cpp token for token", "[real_model][
                 same, kNearTie, first_near_tie);
     INFO("prompt " << c + 1 << ": first difference at step " << same);
     CHECK(same >= first_near_tie);
+    if (cpu::best_isa() == cpu::Isa::avx512 && std::find(std::begin(kExactPrompts), std::end(kExactPrompts), c + 1) !=
+                                                   std::end(kExactPrompts))
+      CHECK(same == 64);
 
     // Teacher forcing: feed llama.cpp's tokens and compare the argmax at each step.
     auto forced = model->new_session();
