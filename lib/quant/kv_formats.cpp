@@ -89,7 +89,8 @@ void dequantize_q8(const void* src, float* dst, int64_t n, int group) {
 
 namespace {
 
-// sigma_j = -1 where bit j of kSigns is set: the first 64 bits of the fraction of pi.
+// sigma_j = -1 where bit j of kSigns is set (G = 64 only): the first 64 bits of the
+// fraction of pi.
 constexpr uint64_t kSigns = 0x243F6A8885A308D3ull;
 
 // In place, per group: v = H_G v / sqrt(G), the butterflies then one multiply.
@@ -117,13 +118,13 @@ void flip_signs(float* v, int64_t n, int group) {
 }  // namespace
 
 void rotate_groups(float* v, int64_t n, int group) {
-  flip_signs(v, n, group);
+  if (group == 64) flip_signs(v, n, group);
   hadamard_groups(v, n, group);
 }
 
 void unrotate_groups(float* v, int64_t n, int group) {
   hadamard_groups(v, n, group);
-  flip_signs(v, n, group);
+  if (group == 64) flip_signs(v, n, group);
 }
 
 namespace {
@@ -140,13 +141,33 @@ float q4_codes(const float* y, int group, float offset, float scale, uint8_t* co
   return err;
 }
 
+// The least-squares (d, m) of y ~ d * l + m for codes l, each rounded to the nearest f16;
+// false when the codes are all equal or d does not come out > 0.
+bool fit_q4(const float* y, const uint8_t* l, int group, uint16_t& d, uint16_t& m) {
+  float sl = 0.0f, sll = 0.0f, sy = 0.0f, sly = 0.0f;
+  for (int j = 0; j < group; ++j) {
+    const float v = float(l[j]);
+    sl += v, sll += v * v, sy += y[j], sly += v * y[j];
+  }
+  const float det = float(group) * sll - sl * sl;
+  if (!(det > 0.0f)) return false;
+  d = fp32_to_fp16((float(group) * sly - sl * sy) / det);
+  m = fp32_to_fp16((sll * sy - sl * sly) / det);
+  return fp16_to_fp32(d) > 0.0f;
+}
+
+// Clipping candidates and refit rounds per candidate: about 3 % less squared error than a
+// single fit on Gaussian groups (the stored values' distribution), at ~4x the work.
+constexpr int kCandidates = 31;
+constexpr int kRefits = 3;
+
 }  // namespace
 
 void quantize_q4(const float* src, void* dst, int64_t n, int group) {
   auto* out = static_cast<uint8_t*>(dst);
   const int half = group / 2;
   float y[64];
-  uint8_t codes[64], best_codes[64];
+  uint8_t levels[64], codes[64], best_codes[64];
   for (int64_t b = 0; b < n / group; ++b, out += half + 4) {
     std::memcpy(y, src + b * group, sizeof(float) * size_t(group));
     rotate_groups(y, group, group);
@@ -156,23 +177,22 @@ void quantize_q4(const float* src, void* dst, int64_t n, int group) {
     uint16_t m = fp16_round_down(lo);
     uint16_t d = fp16_round_up((hi - fp16_to_fp32(m)) / 15.0f);
     float best = q4_codes(y, group, fp16_to_fp32(m), fp16_to_fp32(d), best_codes);
-    // Candidates that clip the tails a little: codes for a scale of (14 + 0.1 c) / range,
-    // then the least-squares (d, m) for those codes.
+    // Candidates that clip the tails a little: codes for a scale of (13 + 0.1 c) / range,
+    // then up to kRefits rounds of (d, m) = the least-squares fit for the codes, rounded to
+    // f16, and new codes for that (d, m) (a Lloyd iteration on the uniform grid; it stops
+    // early once the codes no longer change).
     const float range = hi - lo;
-    for (int c = 0; c <= 20 && range > 0.0f && best > 0.0f; ++c) {
-      const float inv = (14.0f + 0.1f * float(c)) / range;
-      float sl = 0.0f, sll = 0.0f, sy = 0.0f, sly = 0.0f;
-      for (int j = 0; j < group; ++j) {
-        const float l = float(round_clamp((y[j] - lo) * inv, 0.0f, 15.0f));
-        sl += l, sll += l * l, sy += y[j], sly += l * y[j];
+    for (int c = 0; c < kCandidates && range > 0.0f && best > 0.0f; ++c) {
+      const float inv = (13.0f + 0.1f * float(c)) / range;
+      for (int j = 0; j < group; ++j) levels[j] = uint8_t(round_clamp((y[j] - lo) * inv, 0.0f, 15.0f));
+      for (int round = 0; round <= kRefits; ++round) {
+        uint16_t cd, cm;
+        if (!fit_q4(y, levels, group, cd, cm)) break;
+        const float err = q4_codes(y, group, fp16_to_fp32(cm), fp16_to_fp32(cd), codes);
+        if (err < best) best = err, d = cd, m = cm, std::memcpy(best_codes, codes, size_t(group));
+        if (std::memcmp(codes, levels, size_t(group)) == 0) break;
+        std::memcpy(levels, codes, size_t(group));
       }
-      const float det = float(group) * sll - sl * sl;
-      if (!(det > 0.0f)) continue;
-      const float fit_d = (float(group) * sly - sl * sy) / det, fit_m = (sll * sy - sl * sly) / det;
-      const uint16_t cd = fp32_to_fp16(fit_d), cm = fp32_to_fp16(fit_m);
-      if (!(fp16_to_fp32(cd) > 0.0f)) continue;
-      const float err = q4_codes(y, group, fp16_to_fp32(cm), fp16_to_fp32(cd), codes);
-      if (err < best) best = err, d = cd, m = cm, std::memcpy(best_codes, codes, size_t(group));
     }
     store_u16(out, d);
     store_u16(out + 2, m);

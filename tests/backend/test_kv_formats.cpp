@@ -84,8 +84,9 @@ TEST_CASE("kv formats: INT8 group layout and rounding", "[kv][quant]") {
   }
 }
 
-// sigma_j of the INT4 rotation: bit j of the first 64 fraction bits of pi.
-double sign_of(size_t j) { return (0x243F6A8885A308D3ull >> j) & 1 ? -1.0 : 1.0; }
+// sigma_j of the INT4 rotation: for G = 64 bit j of the first 64 fraction bits of pi; +1
+// for G = 32.
+double sign_of(size_t j, size_t group) { return group == 64 && (0x243F6A8885A308D3ull >> j) & 1 ? -1.0 : 1.0; }
 
 // R_G v of a group, straight from the definition: sum_j (-1)^popcount(i & j) sigma_j v[j] /
 // sqrt(G), in double.
@@ -93,7 +94,7 @@ std::vector<double> rotation_reference(const std::vector<float>& v) {
   const size_t g = v.size();
   std::vector<double> out(g, 0.0);
   for (size_t i = 0; i < g; ++i) {
-    for (size_t j = 0; j < g; ++j) out[i] += (__builtin_popcountll(i & j) % 2 ? -1.0 : 1.0) * sign_of(j) * v[j];
+    for (size_t j = 0; j < g; ++j) out[i] += (__builtin_popcountll(i & j) % 2 ? -1.0 : 1.0) * sign_of(j, g) * v[j];
     out[i] /= std::sqrt(double(g));
   }
   return out;
@@ -119,12 +120,19 @@ TEST_CASE("kv formats: INT4 rotation matches its definition and is its own inver
     e[0] = 1.0f;
     quant::kv::unrotate_groups(e.data(), group, group);
     const float s = group == 64 ? 0.125f : std::bit_cast<float>(0x3e3504f3u);
-    for (size_t i = 0; i < e.size(); ++i) CHECK(e[i] == float(sign_of(i)) * s);
-    // A group-wide offset is spread over the group, not put into y[0] as H_G alone would.
+    for (size_t i = 0; i < e.size(); ++i) CHECK(e[i] == float(sign_of(i, size_t(group))) * s);
+    // A group-wide offset: with the signs (G = 64) spread over the group; with the bare H_G
+    // (G = 32) all of it lands in y[0] = sqrt(G).
     std::vector<float> c(size_t(group), 1.0f);
     quant::kv::rotate_groups(c.data(), group, group);
-    CHECK(*std::max_element(c.begin(), c.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }) <=
-          0.5f * std::sqrt(float(group)));
+    const float c_max =
+        std::abs(*std::max_element(c.begin(), c.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }));
+    if (group == 64) {
+      CHECK(c_max <= 0.5f * std::sqrt(float(group)));
+    } else {
+      CHECK(c[0] == Approx(std::sqrt(float(group))).epsilon(1e-6));
+      for (size_t i = 1; i < c.size(); ++i) CHECK(c[i] == 0.0f);
+    }
   }
 }
 
@@ -193,6 +201,27 @@ TEST_CASE("kv formats: INT4 outlier channels no longer set the group's error", "
     const double rms = std::sqrt(err2 / double(x.size())), small_rms = std::sqrt(small2 / double(x.size()));
     INFO(quant::type_name(type) << " rms error " << rms << " of channels with rms " << small_rms);
     CHECK(rms <= 0.35 * small_rms);
+  }
+}
+
+TEST_CASE("kv formats: INT4 refits lower the error on Gaussian groups", "[kv][quant]") {
+  // x ~ N(0, 1) rotates into y ~ N(0, 1), the stored values' typical distribution. Mean
+  // squared error per value over 4000 groups (numpy / C++ simulation, sampling spread
+  // ~0.5 %): one least-squares fit per clipping candidate (the previous quantizer) reaches
+  // 0.00488 (G = 32) / 0.00675 (G = 64); the refits 0.00474 / 0.00656.
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType type : {DType::kv_q4_g32, DType::kv_q4_g64}) {
+    const int group = quant::kv::group_size(type);
+    std::vector<float> x(size_t(group) * 4000);
+    for (float& v : x) v = normal(rng);
+    const std::vector<float> y = dequantize(type, quantize(type, x), x.size());
+    double err2 = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) err2 += double(x[i] - y[i]) * (x[i] - y[i]);
+    const double mse = err2 / double(x.size());
+    INFO(quant::type_name(type) << " mse " << mse);
+    CHECK(mse <= (group == 32 ? 0.00482 : 0.00665));
+    CHECK(mse >= (group == 32 ? 0.00465 : 0.00645));  // the expected value, not a broken test
   }
 }
 
