@@ -5,7 +5,7 @@
 #      alphabetical order, symlinks skipped) through StreamingLLM (4 sinks + 1020),
 #      a plain 1024 window and the full cache: perplexity per 1,000 tokens and KV memory;
 #   3. budgets of 10/20/50 % of a 2,048-token context for H2O, StreamingLLM and a plain
-#      window, over the first 8,192 tokens of the same text cut into 2,048-token parts;
+#      window, over the first 4,096 tokens of the same text cut into 2,048-token parts;
 #   4. the plots docs/kv-stream-perplexity.png and docs/kv-stream-memory.png.
 # Usage: scripts/kv-experiments.sh [BUILD_DIR] [OUT_DIR]     (needs python3-matplotlib for 4)
 #        SECTIONS="2 3 4" scripts/kv-experiments.sh ...       runs only some parts
@@ -56,11 +56,11 @@ echo "== 3. budgets of a 2,048-token context"
 for pct in 10 20 50; do
   b=$((2048 * pct / 100))
   h=$((b / 2))
-  run_stream "h2o-$pct" 8192 --restart 2048 --evict h2o --heavy "$h" --recent $((b - h))
-  run_stream "streaming-$pct" 8192 --restart 2048 --evict streaming --sinks 4 --window $((b - 4))
-  run_stream "window-$pct" 8192 --restart 2048 --evict streaming --sinks 0 --window "$b"
+  run_stream "h2o-$pct" 4096 --restart 2048 --evict h2o --heavy "$h" --recent $((b - h))
+  run_stream "streaming-$pct" 4096 --restart 2048 --evict streaming --sinks 4 --window $((b - 4))
+  run_stream "window-$pct" 4096 --restart 2048 --evict streaming --sinks 0 --window "$b"
 done
-run_stream "full-2048" 8192 --restart 2048 --ctx 2048
+run_stream "full-2048" 4096 --restart 2048 --ctx 2048
 fi
 
 if want 4 && python3 -c "import matplotlib" 2>/dev/null; then
