@@ -146,24 +146,6 @@ constexpr int64_t kBlockedMinTokens = 8;
 constexpr int64_t kQueryBlock = 32;
 
 // Host views of the index tensors, read once per op.
-struct Tables {
-  const int32_t* token_pos;
-  const int32_t* token_seq;
-  const int32_t* seq_cells;
-  const int32_t* cell_pos;
-  int64_t cells_per_row;
-  const int32_t* page_table;
-  int64_t pages_per_row;
-  int page_tokens;
-  int32_t pos_of(int32_t seq, int32_t cell) const { return cell_pos[seq * cells_per_row + cell]; }
-  int64_t slot_of(int32_t seq, int32_t cell) const {
-    return int64_t(page_table[seq * pages_per_row + cell / page_tokens]) * page_tokens + cell % page_tokens;
-  }
-};
-
-bool visible(int32_t query_pos, int32_t kv_pos, int window) {
-  return kv_pos >= 0 && kv_pos <= query_pos && (window <= 0 || query_pos - kv_pos < window);
-}
 
 float to_f32(const Tensor& cache, int64_t slot, int64_t col) {
   return cache.type == backend::DType::f16 ? fp16_to_fp32(cache.row_ptr<uint16_t>(slot)[col])
@@ -410,7 +392,7 @@ OrderedKernels ordered_kernels(Isa isa) {
 // The per-token schedule for the tokens in `tokens`. lanes16: the batch has more
 // than one token (llama.cpp's GEMM order), else lanes64 (its vector-dot order).
 void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                      const backend::AttentionParams& p, const Tables& tab, const std::vector<int64_t>& tokens,
+                      const backend::AttentionParams& p, const AttentionTables& tab, const std::vector<int64_t>& tokens,
                       bool lanes16, const Tensor& out) {
   const int group = p.n_head / p.n_head_kv;
   const bool f16 = k_cache.type == backend::DType::f16;
@@ -536,7 +518,7 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
 // The prefill schedule for the query tokens `tokens`, all of sequence row `seq`
 // (lanes16 order; head_dim a multiple of 16).
 void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                    const backend::AttentionParams& p, const Tables& tab, int32_t seq,
+                    const backend::AttentionParams& p, const AttentionTables& tab, int32_t seq,
                     const std::vector<int64_t>& tokens, const Tensor& out) {
   const int group = p.n_head / p.n_head_kv;
   const int hd = p.head_dim;
@@ -634,9 +616,7 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
 
 void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                const backend::AttentionParams& p, const Tensor& out) {
-  const Tables tab{p.token_pos.row_ptr<int32_t>(0), p.token_seq.row_ptr<int32_t>(0), p.seq_cells.row_ptr<int32_t>(0),
-                   p.cell_pos.row_ptr<int32_t>(0),  p.cell_pos.cols, p.page_table.row_ptr<int32_t>(0),
-                   p.page_table.cols, p.page_tokens};
+  const AttentionTables tab = AttentionTables::of(p);
 
   // Validate the tables once, on the caller's thread, so workers cannot throw.
   for (int64_t t = 0; t < q.rows; ++t)

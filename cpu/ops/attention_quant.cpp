@@ -58,24 +58,6 @@ constexpr int kFusedMaxGroup = 1;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Host views of the index tensors (validated by attention() before it dispatches here).
-struct Tables {
-  const int32_t* token_pos;
-  const int32_t* token_seq;
-  const int32_t* seq_cells;
-  const int32_t* cell_pos;
-  int64_t cells_per_row;
-  const int32_t* page_table;
-  int64_t pages_per_row;
-  int page_tokens;
-  int32_t pos_of(int32_t seq, int32_t cell) const { return cell_pos[seq * cells_per_row + cell]; }
-  int64_t slot_of(int32_t seq, int32_t cell) const {
-    return int64_t(page_table[seq * pages_per_row + cell / page_tokens]) * page_tokens + cell % page_tokens;
-  }
-};
-
-bool visible(int32_t query_pos, int32_t kv_pos, int window) {
-  return kv_pos >= 0 && kv_pos <= query_pos && (window <= 0 || query_pos - kv_pos < window);
-}
 
 float score_of(float dot, const backend::AttentionParams& p) {
   const float s = dot * p.scale;
@@ -101,7 +83,7 @@ float max_of(const float* s, int64_t n) {
 
 // The decode schedule for the tokens in `tokens`.
 void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                      const backend::AttentionParams& p, const Tables& tab, const std::vector<int64_t>& tokens,
+                      const backend::AttentionParams& p, const AttentionTables& tab, const std::vector<int64_t>& tokens,
                       const Tensor& out) {
   const int group = p.n_head / p.n_head_kv;
   const int hd = p.head_dim;
@@ -179,7 +161,7 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
 
 // The prefill schedule for the query tokens `tokens`, all of sequence row `seq`.
 void attend_tiled(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                  const backend::AttentionParams& p, const Tables& tab, int32_t seq, const std::vector<int64_t>& tokens,
+                  const backend::AttentionParams& p, const AttentionTables& tab, int32_t seq, const std::vector<int64_t>& tokens,
                   const Tensor& out) {
   const int group = p.n_head / p.n_head_kv;
   const int hd = p.head_dim;
@@ -325,9 +307,7 @@ void attend_tiled(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const 
 
 void attention_quant(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const backend::AttentionParams& p, const Tensor& out) {
-  const Tables tab{p.token_pos.row_ptr<int32_t>(0), p.token_seq.row_ptr<int32_t>(0), p.seq_cells.row_ptr<int32_t>(0),
-                   p.cell_pos.row_ptr<int32_t>(0),  p.cell_pos.cols, p.page_table.row_ptr<int32_t>(0),
-                   p.page_table.cols, p.page_tokens};
+  const AttentionTables tab = AttentionTables::of(p);
 
   // Query tokens per sequence row: long runs take the tiled schedule.
   std::vector<std::vector<int64_t>> by_seq(size_t(p.page_table.rows));

@@ -1,5 +1,6 @@
-// score_acc accumulation (AttentionParams::score_acc, for H2O eviction) shared by the
-// CPU attention schedules (attention.cpp, attention_quant.cpp).
+// Pieces shared by the CPU attention schedules (attention.cpp, attention_quant.cpp):
+// the index tables, visibility, and score_acc accumulation (AttentionParams::score_acc,
+// for H2O eviction).
 //
 // Work items run in parallel and several of them may add to the same score_acc entry
 // (query tokens of one sequence), so each item writes its own partial row and the
@@ -15,6 +16,34 @@
 #include "backend/backend.hpp"
 
 namespace ember::cpu {
+
+// Host views of the attention op's index tensors, read once per op (both schedules
+// of attention.cpp and attention_quant.cpp).
+struct AttentionTables {
+  const int32_t* token_pos;
+  const int32_t* token_seq;
+  const int32_t* seq_cells;
+  const int32_t* cell_pos;
+  int64_t cells_per_row;
+  const int32_t* page_table;
+  int64_t pages_per_row;
+  int page_tokens;
+
+  static AttentionTables of(const backend::AttentionParams& p) {
+    return {p.token_pos.row_ptr<int32_t>(0), p.token_seq.row_ptr<int32_t>(0), p.seq_cells.row_ptr<int32_t>(0),
+            p.cell_pos.row_ptr<int32_t>(0),  p.cell_pos.cols, p.page_table.row_ptr<int32_t>(0),
+            p.page_table.cols, p.page_tokens};
+  }
+  int32_t pos_of(int32_t seq, int32_t cell) const { return cell_pos[seq * cells_per_row + cell]; }
+  int64_t slot_of(int32_t seq, int32_t cell) const {
+    return int64_t(page_table[seq * pages_per_row + cell / page_tokens]) * page_tokens + cell % page_tokens;
+  }
+};
+
+// Whether a query at query_pos sees a cell at kv_pos (-1: empty) under `window` (0: none).
+inline bool visible(int32_t query_pos, int32_t kv_pos, int window) {
+  return kv_pos >= 0 && kv_pos <= query_pos && (window <= 0 || query_pos - kv_pos < window);
+}
 
 // Partials of the per-token schedule: one row [seq_cells(seq of token), n_head_kv] per
 // query token, laid out as a score_acc row.
