@@ -22,25 +22,23 @@ for label, name in runs.items():
         rows = list(csv.DictReader(f))
     data[label] = rows
 
-fig, ax = plt.subplots(figsize=(8, 4.5))
-for label, rows in data.items():
-    ax.plot([int(r["last_token"]) for r in rows], [float(r["perplexity"]) for r in rows], marker="o", label=label)
-ax.set_xlabel("token in the stream")
-ax.set_ylabel("perplexity of the last 1,000 tokens")
-ax.set_title("Gemma 3 270M Q4_K_M over 20,480 tokens of license texts")
-ax.grid(alpha=0.3)
-ax.legend()
-fig.tight_layout()
-fig.savefig(docs / "kv-stream-perplexity.png", dpi=110)
 
-fig, ax = plt.subplots(figsize=(8, 4.5))
-for label, rows in data.items():
-    ax.plot([int(r["last_token"]) for r in rows], [int(r["kv_bytes"]) / 2**20 for r in rows], marker="o", label=label)
-ax.set_xlabel("token in the stream")
-ax.set_ylabel("KV cache of the session (MiB, F16)")
-ax.set_title("KV memory over the stream")
-ax.grid(alpha=0.3)
-ax.legend()
-fig.tight_layout()
-fig.savefig(docs / "kv-stream-memory.png", dpi=110)
+def plot(value, ylabel, title, name):
+    """One line per policy: `value(row)` against the last token of each segment."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, rows in data.items():
+        ax.plot([int(r["last_token"]) for r in rows], [value(r) for r in rows], marker="o", label=label)
+    ax.set_xlabel("token in the stream")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(docs / name, dpi=110)
+
+
+plot(lambda r: float(r["perplexity"]), "perplexity of the last 1,000 tokens",
+     "Gemma 3 270M Q4_K_M over 20,480 tokens of license texts", "kv-stream-perplexity.png")
+plot(lambda r: int(r["kv_bytes"]) / 2**20, "KV cache of the session (MiB, F16)", "KV memory over the stream",
+     "kv-stream-memory.png")
 print("wrote", docs / "kv-stream-perplexity.png", docs / "kv-stream-memory.png")

@@ -7,6 +7,7 @@
 #include "backend/ops/kv_store.hpp"
 #include "backend/reference/reference_backend.hpp"
 #include "common/catch.hpp"
+#include "common/expect_error.hpp"
 #include "ember/error.hpp"
 #include "kv/kv_cache.hpp"
 #include "quant/quant.hpp"
@@ -333,14 +334,8 @@ TEST_CASE("a saved sequence restores with the same rows; bad blobs are typed err
 TEST_CASE("bad cache configurations are typed errors", "[kv][errors]") {
   Harness h;
   h.pool = make_pool(*h.be, 16);
-  auto expect = [](auto&& fn, const std::string& needle) {
-    try {
-      fn();
-      FAIL("no error for " << needle);
-    } catch (const Error& e) {
-      CHECK(e.code() == ErrorCode::invalid_argument);
-      CHECK_THAT(e.what(), Catch::Matchers::Contains(needle));
-    }
+  auto expect = [](const std::function<void()>& fn, const std::string& needle) {
+    test::expect_error(fn, ErrorCode::invalid_argument, needle);
   };
   expect([&] { kv::KVCache(h.pool, *h.be, config(kv::Eviction::streaming, 4, 4)); }, "larger than the sinks");
   expect([&] { kv::KVCache(h.pool, *h.be, config(kv::Eviction::none, 0)); }, "budget");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/expect_error.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/forward.hpp"
@@ -24,15 +25,7 @@ std::vector<int32_t> text_tokens(const Model& model, size_t n) {
 
 size_t argmax(std::span<const float> v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-void expect_error(const std::function<void()>& fn, ErrorCode code, const std::string& needle) {
-  try {
-    fn();
-    FAIL("no error for " << needle);
-  } catch (const Error& e) {
-    CHECK(e.code() == code);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(needle));
-  }
-}
+using test::expect_error;
 
 }  // namespace
 
