@@ -62,6 +62,14 @@ struct WeightKernels {
     // path for every token count, decode too, packing the row once per op.
     bool decode;
   } packed;
+
+  // Optional (null where every token is summed in the same order): dot_tile in the
+  // order the reference uses for the tokens of a batch that fall in whole groups of
+  // kGroupTokens, i.e. tokens [0, n - n % kGroupTokens) of an op over n tokens; the
+  // others go through dot_tile. llama.cpp's Q4_K kernels differ so (quant/lanes.hpp).
+  void (*dot_tile_grouped)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
+                           size_t activation_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) = nullptr;
+  static constexpr int kGroupTokens = 4;
 };
 
 // Kernels of `weight_type` at level `isa`; throws unsupported for types without kernels.

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ember::cpu {
 namespace {
@@ -192,6 +193,38 @@ void dot_tile_packed(const void* weights, size_t w_row_bytes, int n_w, const voi
     dot_tile_with<PackedTile<KP, KT>, MW, MX>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride,
                                               n);
   }
+}
+
+// Decode for step kernels whose accumulators must run over the whole row (the
+// llama.cpp order, quant/lanes.hpp: one reduction per dot product, never partial
+// sums added): rows_sequential with the activation steps of the whole row prepared
+// once per call, in a per-thread buffer.
+template <class K>
+void rows_whole(const std::byte* w, size_t w_row_bytes, int n_w, const std::byte* a, float* out, int64_t n) {
+  thread_local std::vector<typename K::Act> acts;
+  const int64_t steps = n / K::kStep;
+  if (acts.size() < size_t(steps)) acts.resize(size_t(steps));
+  for (int64_t s = 0; s < steps; ++s) acts[size_t(s)] = K::load_act(a, s);
+  const int64_t done = steps * K::kStep;
+  for (int r = 0; r < n_w; ++r) {
+    const std::byte* wr = w + size_t(r) * w_row_bytes;
+    typename K::Acc acc = K::zero();
+    for (int64_t s = 0; s < steps; ++s) K::madd(acc, K::load_w(wr, s), acts[size_t(s)]);
+    out[r] = K::reduce(acc) + (done < n ? K::tail(wr, a, done, n) : 0.0f);
+  }
+}
+
+// WeightKernels::dot_tile for such kernels: rows_whole for one activation row, register
+// tiles of at most MW x MX (each reduced once) for several.
+template <class K, int MW, int MX>
+void dot_tile_lanes(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                    int n_x, float* out, size_t out_stride, int64_t n) {
+  if (n_x == 1) {
+    rows_whole<K>(static_cast<const std::byte*>(weights), w_row_bytes, n_w,
+                  static_cast<const std::byte*>(activations), out, n);
+    return;
+  }
+  dot_tile_with<PlainTile<K>, MW, MX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
 }
 
 // WeightKernels::dot: a 1 x 1 tile.

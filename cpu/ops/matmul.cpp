@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <new>
+#include <tuple>
 
 #include "common/fail.hpp"
 #include "cpu/ops/ops.hpp"
@@ -104,6 +105,9 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   chunk_rows = round_up(std::max<int64_t>(chunk_rows, 1), tile_w);
   const int64_t n_chunks = (n_out + chunk_rows - 1) / chunk_rows;
   const int token_block = decode ? int(n_tok) : std::max(tile_x, kTokenBlock / tile_x * tile_x);
+  // Kernels whose reference sums whole groups of tokens in another order (WeightKernels::dot_tile_grouped).
+  const auto grouped = packed ? nullptr : kernels.dot_tile_grouped;
+  const int64_t grouped_end = grouped ? n_tok - n_tok % WeightKernels::kGroupTokens : 0;
 
   std::atomic<int64_t> next{0};
   const auto work = [&](int, int) {
@@ -112,9 +116,13 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
       const int64_t r0 = chunk * chunk_rows;
       const int rows = int(std::min(chunk_rows, n_out - r0));
       for (int64_t t0 = 0; t0 < n_tok; t0 += token_block) {
-        const int toks = int(std::min<int64_t>(token_block, n_tok - t0));
-        dot_tile(w + size_t(r0) * w_row_bytes, w_row_bytes, rows, act + size_t(t0) * act_row_bytes, act_row_bytes,
-                 toks, dst + size_t(t0) * out_stride + size_t(r0), out_stride, n_in);
+        const int64_t t1 = std::min<int64_t>(t0 + token_block, n_tok);
+        // Tokens before `grouped_end` in the grouped order, the others in the plain one.
+        const int64_t split = std::clamp(grouped_end, t0, t1);
+        for (const auto& [a, b, fn] : {std::tuple{t0, split, grouped}, std::tuple{split, t1, dot_tile}})
+          if (a < b)
+            fn(w + size_t(r0) * w_row_bytes, w_row_bytes, rows, act + size_t(a) * act_row_bytes, act_row_bytes,
+               int(b - a), dst + size_t(a) * out_stride + size_t(r0), out_stride, n_in);
       }
     }
   };

@@ -19,6 +19,7 @@ struct ArchTraits {
   bool scale_embeddings;              // multiply token embeddings by sqrt(n_embd) (gemma)
   bool qk_norm;                       // per-head RMSNorm of Q and K before rope (qwen3, gemma3)
   bool post_norms;                    // RMSNorm after attention and after the FFN, before the residual add (gemma3)
+  bool scale_queries;                 // multiply Q by the attention scale before attention, not the scores (gemma3)
   int swa_pattern;                    // 0: no sliding window; n: layers il with il % n < n - 1 use the window
   float swa_rope_base;                // rope base of sliding-window layers when GGUF has none (gemma3: 10000)
 };

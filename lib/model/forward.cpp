@@ -236,6 +236,7 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       }
       backend::RopeParams rope{hp_.n_head, hd, hp_.n_rot, hp_.arch->rope_mode, lp.rope_base, lp.rope_scale};
       ops::rope(be_, q, t_pos, rope, q);
+      if (hp_.arch->scale_queries) ops::scale(be_, q, hp_.attention_scale, q);
       rope.n_head = hp_.n_head_kv;
       ops::rope(be_, k, t_pos, rope, k);
       const kv::KVCache::LayerTables& tab = tables[size_t(il)];
@@ -252,7 +253,7 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       ap.n_head = hp_.n_head;
       ap.n_head_kv = hp_.n_head_kv;
       ap.head_dim = hd;
-      ap.scale = hp_.attention_scale;
+      ap.scale = hp_.arch->scale_queries ? 1.0f : hp_.attention_scale;
       ap.window = lp.window;
       ap.page_tokens = cache.page_tokens();
       ap.token_pos = t_pos;

@@ -48,6 +48,9 @@ void quantize_q8_k(const float* src, void* dst, int64_t n);
 void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void quantize_q4_k(const float* src, void* dst, int64_t n);
 float dot_q4_k(const void* w, const void* a_q8_k, int64_t n);
+// dot_q4_k in the order of llama.cpp's batched kernel (quant/lanes.hpp), which it uses for
+// the tokens of a batch that fall in whole groups of 4 (WeightKernels::dot_tile_grouped).
+float dot_q4_k_grouped(const void* w, const void* a_q8_k, int64_t n);
 void dequantize_q5_k(const void* src, float* dst, int64_t n);
 void quantize_q5_k(const float* src, void* dst, int64_t n);
 float dot_q5_k(const void* w, const void* a_q8_k, int64_t n);

@@ -45,7 +45,7 @@ void quantize_q4_k(const float* src, void* dst, int64_t n) {
 float dot_q4_k(const void* w, const void* a_q8_k, int64_t n) {
   const auto* wb = static_cast<const BlockQ4_K*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
-  double sum = 0.0;
+  float acc = 0.0f, acc_min = 0.0f;  // llama.cpp's order (quant/lanes.hpp)
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockQ4_K& blk = wb[b];
     const BlockQ8_K& act = ab[b];
@@ -59,10 +59,37 @@ float dot_q4_k(const void* w, const void* a_q8_k, int64_t n) {
       sumi += int32_t(s.sc[j]) * part;
       summ += int32_t(s.mn[j]) * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
     }
-    const float d = load_fp16(blk.d) * act.d, dmin = load_fp16(blk.dmin) * act.d;
-    sum += d * float(sumi) - dmin * float(summ);
+    acc = std::fma(float(sumi), load_fp16(blk.d) * act.d, acc);
+    acc_min = std::fma(float(summ), load_fp16(blk.dmin) * act.d, acc_min);
   }
-  return float(sum);
+  return acc - acc_min;
+}
+
+// As dot_q4_k, with the two accumulators updated after every 64 values (sub-blocks 2i, 2i + 1).
+float dot_q4_k_grouped(const void* w, const void* a_q8_k, int64_t n) {
+  const auto* wb = static_cast<const BlockQ4_K*>(w);
+  const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
+  float acc = 0.0f, acc_min = 0.0f;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockQ4_K& blk = wb[b];
+    const BlockQ8_K& act = ab[b];
+    const KScales s = unpack_k_scales(blk.scales);
+    const float d = load_fp16(blk.d) * act.d, dmin = load_fp16(blk.dmin) * act.d;
+    for (int pair = 0; pair < 4; ++pair) {
+      int32_t sumi = 0, summ = 0;
+      for (int j = 2 * pair; j < 2 * pair + 2; ++j) {
+        const uint8_t* qs = blk.qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        int32_t part = 0;
+        for (int l = 0; l < 32; ++l) part += ((qs[l] >> shift) & 15) * int32_t(act.qs[32 * j + l]);
+        sumi += int32_t(s.sc[j]) * part;
+        summ += int32_t(s.mn[j]) * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
+      }
+      acc = std::fma(float(sumi), d, acc);
+      acc_min = std::fma(float(summ), dmin, acc_min);
+    }
+  }
+  return acc - acc_min;
 }
 
 }  // namespace ember::quant::ref

@@ -5,6 +5,7 @@
 
 #include "quant/blocks.hpp"
 #include "quant/formats.hpp"
+#include "quant/lanes.hpp"
 
 namespace ember::quant::ref {
 void dequantize_q5_0(const void* src, float* dst, int64_t n) {
@@ -39,18 +40,18 @@ void quantize_q5_0(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Per block: (d_w * d_a) * sum((q_w - 16) * q_a).
+// Per block: (d_w * d_a) * sum((q_w - 16) * q_a), in llama.cpp's order (quant/lanes.hpp).
 float dot_q5_0(const void* w, const void* a_q8_0, int64_t n) {
   const auto* wb = static_cast<const BlockQ5_0*>(w);
   const auto* ab = static_cast<const BlockQ8_0*>(a_q8_0);
-  double sum = 0.0;
+  Lanes8 acc;
   for (int64_t b = 0; b < n / kQK; ++b) {
     const uint32_t qh = q5_high_bits(wb[b].qh);
-    int32_t sumi = 0;
-    for (int i = 0; i < kQK; ++i) sumi += (q5_code(wb[b], qh, i) - 16) * int32_t(ab[b].qs[i]);
-    sum += (load_fp16(wb[b].d) * load_fp16(ab[b].d)) * float(sumi);
+    int32_t sums[8] = {};
+    for (int i = 0; i < kQK; ++i) sums[i / 4] += (q5_code(wb[b], qh, i) - 16) * int32_t(ab[b].qs[i]);
+    acc.madd(load_fp16(wb[b].d) * load_fp16(ab[b].d), sums);
   }
-  return float(sum);
+  return acc.sum();
 }
 
 }  // namespace ember::quant::ref

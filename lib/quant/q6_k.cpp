@@ -5,6 +5,7 @@
 
 #include "quant/blocks.hpp"
 #include "quant/formats.hpp"
+#include "quant/lanes.hpp"
 
 namespace ember::quant::ref {
 namespace {
@@ -62,23 +63,21 @@ void quantize_q6_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Per super-block: (fp16(d) * d_a) * sum_j sc[j] * sum((q - 32) * q_a).
+// Per super-block: (d_a * fp16(d)) * sum_j sc[j] * sum((q - 32) * q_a), in llama.cpp's
+// order (quant/lanes.hpp): lane m takes the values v with (v mod 32) / 4 == m.
 float dot_q6_k(const void* w, const void* a_q8_k, int64_t n) {
   const auto* wb = static_cast<const BlockQ6_K*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
-  double sum = 0.0;
+  Lanes8 acc;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockQ6_K& blk = wb[b];
     const BlockQ8_K& act = ab[b];
-    int32_t sumi = 0;
-    for (int j = 0; j < 16; ++j) {
-      int32_t part = 0;
-      for (int l = 0; l < 16; ++l) part += (code(blk, 16 * j + l) - 32) * int32_t(act.qs[16 * j + l]);
-      sumi += int32_t(blk.scales[j]) * part;
-    }
-    sum += (load_fp16(blk.d) * act.d) * float(sumi);
+    int32_t sums[8] = {};
+    for (int i = 0; i < kQKK; ++i)
+      sums[(i % 32) / 4] += int32_t(blk.scales[i / 16]) * (code(blk, i) - 32) * int32_t(act.qs[i]);
+    acc.madd(act.d * load_fp16(blk.d), sums);
   }
-  return float(sum);
+  return acc.sum();
 }
 
 }  // namespace ember::quant::ref

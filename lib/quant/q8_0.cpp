@@ -4,6 +4,7 @@
 
 #include "quant/blocks.hpp"
 #include "quant/formats.hpp"
+#include "quant/lanes.hpp"
 
 namespace ember::quant::ref {
 
@@ -30,17 +31,17 @@ void quantize_q8_0(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Per block: (d_w * d_a) * sum(q_w * q_a).
+// Per block: (d_w * d_a) * sum(q_w * q_a), in llama.cpp's order (quant/lanes.hpp).
 float dot_q8_0(const void* w, const void* a_q8_0, int64_t n) {
   const auto* wb = static_cast<const BlockQ8_0*>(w);
   const auto* ab = static_cast<const BlockQ8_0*>(a_q8_0);
-  double sum = 0.0;
+  Lanes8 acc;
   for (int64_t b = 0; b < n / kQK; ++b) {
-    int32_t sumi = 0;
-    for (int i = 0; i < kQK; ++i) sumi += int32_t(wb[b].qs[i]) * int32_t(ab[b].qs[i]);
-    sum += (load_fp16(wb[b].d) * load_fp16(ab[b].d)) * float(sumi);
+    int32_t sums[8] = {};
+    for (int i = 0; i < kQK; ++i) sums[i / 4] += int32_t(wb[b].qs[i]) * int32_t(ab[b].qs[i]);
+    acc.madd(load_fp16(wb[b].d) * load_fp16(ab[b].d), sums);
   }
-  return float(sum);
+  return acc.sum();
 }
 
 }  // namespace ember::quant::ref

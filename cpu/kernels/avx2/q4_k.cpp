@@ -1,4 +1,6 @@
 // AVX2 kernels of Q4_K weights with Q8_K activations (see blocks256.hpp).
+#include <cmath>
+
 #include "cpu/kernels/avx2/blocks256.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
@@ -6,12 +8,18 @@
 namespace ember::cpu::avx2 {
 namespace {
 
+// llama.cpp's order (quant/lanes.hpp): two scalar accumulators per dot product,
+// updated once per super-block (Step) or once per 64 values (StepGrouped).
+struct AccQ4K {
+  float acc, min;
+};
+
 struct Step {
   static constexpr int kStep = quant::kQKK;
   using Act = ActQ8_K;
   using Wt = WtKOffset;
-  using Acc = __m256;
-  static Acc zero() { return _mm256_setzero_ps(); }
+  using Acc = AccQ4K;
+  static Acc zero() { return {0.0f, 0.0f}; }
   static Act load_act(const std::byte* a, int64_t s) { return ActQ8_K::load(a, s); }
   static Wt load_w(const std::byte* row, int64_t s) {
     const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ4_K);
@@ -20,9 +28,33 @@ struct Step {
     load_k_nibbles(b + offsetof(quant::BlockQ4_K, qs), w);
     return w;
   }
-  static void madd(Acc& acc, const Wt& w, const Act& a) { madd_k_offset(acc, w, a); }
-  static float reduce(const Acc& acc) { return hsum(acc); }
+  // sc[j] * dot of sub-block j, as int32 lanes.
+  static __m256i sub_block(const Wt& w, const Act& a, int j) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.q[j], a.codes(j)), scale_of(w.sc, j));
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) sum = _mm256_add_epi32(sum, sub_block(w, a, j));
+    // Lane j: mn[j] * (bsums[2j] + bsums[2j + 1]).
+    const __m256i mins = _mm256_madd_epi16(a.bsums, w.mn);
+    acc.acc = std::fma(float(hsum_i32(sum)), w.d * a.d, acc.acc);
+    acc.min = std::fma(float(hsum_i32(mins)), w.dmin * a.d, acc.min);
+  }
+  static float reduce(const Acc& acc) { return acc.acc - acc.min; }
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
+
+struct StepGrouped : Step {
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    alignas(32) int32_t mins[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(mins), _mm256_madd_epi16(a.bsums, w.mn));
+    const float d = w.d * a.d, dmin = w.dmin * a.d;
+    for (int p = 0; p < 4; ++p) {
+      const int32_t isum = hsum_i32(_mm256_add_epi32(sub_block(w, a, 2 * p), sub_block(w, a, 2 * p + 1)));
+      acc.acc = std::fma(float(isum), d, acc.acc);
+      acc.min = std::fma(float(mins[2 * p] + mins[2 * p + 1]), dmin, acc.min);
+    }
+  }
 };
 
 void dequantize(const void* src, float* dst, int64_t n) {
@@ -43,6 +75,7 @@ constexpr int kTileW = 2, kTileX = 2;
 }  // namespace
 
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {},
+                                    dot_tile_lanes<StepGrouped, kTileW, kTileX>};
 
 }  // namespace ember::cpu::avx2

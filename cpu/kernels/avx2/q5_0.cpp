@@ -15,6 +15,7 @@ struct Q5_0 {
     return {codes(b), _mm256_setzero_si256(), half_at(b)};
   }
 };
+// One block per step, eight float lanes: llama.cpp's order (quant/lanes.hpp).
 using Step = StepQ8_0<Q5_0>;
 
 void dequantize(const void* src, float* dst, int64_t n) {
@@ -28,6 +29,6 @@ constexpr int kTileW = 3, kTileX = 2;
 }  // namespace
 
 extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
 
 }  // namespace ember::cpu::avx2

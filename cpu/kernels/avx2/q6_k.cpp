@@ -1,6 +1,6 @@
 // AVX2 kernels of Q6_K weights with Q8_K activations (see blocks256.hpp).
-// Codes are used unsigned (0..63); the offset 32 is taken out once per super-block as
-// 32 * sum_j sc[j] * bsums[j].
+// Codes are used unsigned (0..63); the offset 32 goes through 32 * (pair sums of the
+// activation codes), per int32 lane as llama.cpp does.
 #include "cpu/kernels/avx2/blocks256.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
@@ -11,7 +11,6 @@ namespace {
 struct WtQ6_K {
   __m256i q[8];   // codes of values 32k .. 32k + 31 (sub-blocks 2k, 2k + 1)
   __m128i sc8;    // the 16 int8 scales
-  __m256i sc16;   // the same as int16
   float d;
 };
 
@@ -48,16 +47,19 @@ struct Step {
     Wt w;
     w.d = half_at(b + offsetof(quant::BlockQ6_K, d));
     w.sc8 = load128(b + offsetof(quant::BlockQ6_K, scales));
-    w.sc16 = _mm256_cvtepi8_epi16(w.sc8);
     unpack_codes(b, w.q);
     return w;
   }
+  // llama.cpp's order (quant/lanes.hpp): int32 lane m sums values 4m .. 4m + 3 of every
+  // chunk, the offset 32 included, and the super-block adds it to float lane m.
   static void madd(Acc& acc, const Wt& w, const Act& a) {
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(a.bsums, w.sc16), 5);
-    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
-    for (int k = 0; k < 8; ++k)
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w.q[k], a.codes(k)), chunk_scales(w.sc8, k)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), _mm256_cvtepi32_ps(sum), acc);
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i y = a.codes(k);
+      const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w.q[k], y), _mm256_maddubs_epi16(_mm256_set1_epi8(32), y));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, chunk_scales(w.sc8, k)));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w.d), _mm256_cvtepi32_ps(sum), acc);
   }
   static float reduce(const Acc& acc) { return hsum(acc); }
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
@@ -90,6 +92,6 @@ constexpr int kTileW = 2, kTileX = 2;
 }  // namespace
 
 extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
 
 }  // namespace ember::cpu::avx2

@@ -14,6 +14,7 @@ struct Q8_0 {
     return {_mm256_abs_epi8(q), q, half_at(b)};
   }
 };
+// One block per step, eight float lanes: llama.cpp's order (quant/lanes.hpp).
 using Step = StepQ8_0<Q8_0>;
 
 void dequantize(const void* src, float* dst, int64_t n) {
@@ -32,6 +33,6 @@ constexpr int kTileW = 3, kTileX = 2;
 }  // namespace
 
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
 
 }  // namespace ember::cpu::avx2

@@ -1,10 +1,102 @@
 // AVX-512 kernels of Q4_K weights with Q8_K activations (see blocks256.hpp).
+#include "cpu/kernels/avx512/lanes.hpp"
 #include "cpu/kernels/avx512/packed256.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
+
+// llama.cpp's order (quant/lanes.hpp): one super-block per step, two scalar accumulators.
+
+struct ActLanesQ4K {
+  __m512i y[4];       // codes of sub-blocks (0, 2), (1, 3), (4, 6), (5, 7) (see WtKOffset)
+  __m128i bsum_pairs;  // int16: bsums[2j] + bsums[2j + 1], j = 0..7
+  float d;
+
+  static ActLanesQ4K load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ8_K);
+    const std::byte* qs = b + offsetof(quant::BlockQ8_K, qs);
+    ActLanesQ4K a;
+    a.d = load_f32(b);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i first = _mm512_loadu_si512(qs + 128 * h), second = _mm512_loadu_si512(qs + 128 * h + 64);
+      a.y[2 * h] = _mm512_shuffle_i64x2(first, second, 0x44);
+      a.y[2 * h + 1] = _mm512_shuffle_i64x2(first, second, 0xee);
+    }
+    const std::byte* bs = b + offsetof(quant::BlockQ8_K, bsums);
+    a.bsum_pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bs)),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + 16)));
+    return a;
+  }
+};
+
+struct WtLanesQ4K {
+  __m512i q[4];   // as WtKOffset
+  __m512i sc[4];
+  __m128i mn;     // int16 sub-block mins
+  float d, dmin;
+};
+
+struct AccQ4K {
+  float acc, min;
+};
+
+struct StepLanesQ4K {
+  static constexpr int kStep = quant::kQKK;
+  using Act = ActLanesQ4K;
+  using Wt = WtLanesQ4K;
+  using Acc = AccQ4K;
+  static Acc zero() { return {0.0f, 0.0f}; }
+  static Act load_act(const std::byte* a, int64_t s) { return Act::load(a, s); }
+  static Wt load_w(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ4_K);
+    WtKOffset k;
+    load_k_offset_scales(b, k);
+    Wt w;
+    for (int i = 0; i < 4; ++i) w.sc[i] = k.sc[i];
+    w.d = k.d;
+    w.dmin = _cvtsh_ss(load_u16(b + 2));
+    w.mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(unpack_scales(b + 4).mn)));
+    const std::byte* qs = b + offsetof(quant::BlockQ4_K, qs);
+    load_nibbles(qs, w.q[0], w.q[1]);
+    load_nibbles(qs + 64, w.q[2], w.q[3]);
+    return w;
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(w.q[k], a.y[k]), w.sc[k]);
+    const __m128i mins = _mm_madd_epi16(w.mn, a.bsum_pairs);
+    const int32_t isum = _mm512_reduce_add_epi32(sum);
+    const int32_t imin = _mm_extract_epi32(mins, 0) + _mm_extract_epi32(mins, 1) + _mm_extract_epi32(mins, 2) +
+                         _mm_extract_epi32(mins, 3);
+    acc.acc = std::fma(float(isum), w.d * a.d, acc.acc);
+    acc.min = std::fma(float(imin), w.dmin * a.d, acc.min);
+  }
+  static float reduce(const Acc& acc) { return acc.acc - acc.min; }
+  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
+
+// llama.cpp's batched order: the accumulators are updated after every 64 values.
+struct StepLanesQ4KGrouped : StepLanesQ4K {
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    __m512i part[4];
+    for (int k = 0; k < 4; ++k)
+      part[k] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(w.q[k], a.y[k]), w.sc[k]);
+    // Registers k hold sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): 01 and 23 hold the
+    // pairs (0 1 | 2 3) and (4 5 | 6 7) in their two halves.
+    const __m512i p01 = _mm512_add_epi32(part[0], part[1]), p23 = _mm512_add_epi32(part[2], part[3]);
+    const int32_t isum[4] = {_mm512_mask_reduce_add_epi32(0x00ff, p01), _mm512_mask_reduce_add_epi32(0xff00, p01),
+                             _mm512_mask_reduce_add_epi32(0x00ff, p23), _mm512_mask_reduce_add_epi32(0xff00, p23)};
+    alignas(16) int32_t imin[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(imin), _mm_madd_epi16(w.mn, a.bsum_pairs));
+    const float d = w.d * a.d, dmin = w.dmin * a.d;
+    for (int i = 0; i < 4; ++i) {
+      acc.acc = std::fma(float(isum[i]), d, acc.acc);
+      acc.min = std::fma(float(imin[i]), dmin, acc.min);
+    }
+  }
+};
 
 struct Step {
   static constexpr int kStep = quant::kQKK;
@@ -58,11 +150,12 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 4, kPackedX = 4;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 4;
+constexpr int kLanesW = 4, kLanesX = 4;
 
 }  // namespace
 
-extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_pair_row_bytes, pack_q8_k_pairs, dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
+extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<StepLanesQ4K>,
+                                    dot_tile_lanes<StepLanesQ4K, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {},
+                                    dot_tile_lanes<StepLanesQ4KGrouped, kLanesW, kLanesX>};
 
 }  // namespace ember::cpu::avx512

@@ -1,4 +1,5 @@
 // AVX-512 kernels of Q5_0 weights (x = d * (q - 16), 5-bit q) with Q8_0 activations.
+#include "cpu/kernels/avx512/lanes.hpp"
 #include "cpu/kernels/avx512/packed32.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
@@ -19,6 +20,17 @@ struct Q5_0 {
   static float ref_dot(const void* w, const void* a, int64_t n) { return quant::ref::dot_q5_0(w, a, n); }
 };
 using Step = StepQ8_0<Q5_0>;
+
+// llama.cpp's order (quant/lanes.hpp): one block per step, eight float lanes.
+struct Q5_0Lanes {
+  static constexpr int kOffset = 16;
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ5_0);
+  static WtLanes32 load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * kBlockBytes;
+    return {add_high_bits(nibbles_32(b + 6), load_u32(b + 2)), _cvtsh_ss(load_u16(b))};
+  }
+};
+using StepLanes = StepLanes32<Q5_0Lanes>;
 
 // Prefill path: 16 blocks per step (packed32.hpp).
 struct Q5_0Group {
@@ -44,12 +56,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 4, kPackedX = 4;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 4;
+constexpr int kLanesW = 4, kLanesX = 4;
 
 }  // namespace
 
-extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_row_bytes<quant::BlockQ8_0>, pack_row<quant::BlockQ8_0, 16>,
-     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
+extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
+                                    dot_tile_lanes<StepLanes, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {}};
 
 }  // namespace ember::cpu::avx512

@@ -1,6 +1,7 @@
 // AVX-512 kernels of Q6_K weights with Q8_K activations (see blocks256.hpp).
 // Codes are used unsigned (0..63); the offset 32 is taken out once per super-block as
 // 32 * sum_j sc[j] * bsums[j].
+#include "cpu/kernels/avx512/lanes.hpp"
 #include "cpu/kernels/avx512/packed256.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
@@ -36,6 +37,66 @@ inline __m512i chunk_scales(__m512i sc16, int c) {
       short(4 * c), short(4 * c), short(4 * c), short(4 * c), short(4 * c), short(4 * c), short(4 * c), short(4 * c));
   return _mm512_permutexvar_epi16(index, sc16);
 }
+
+// llama.cpp's order (quant/lanes.hpp): one super-block per step, eight float lanes.
+
+struct ActLanesQ6 {
+  const std::byte* qs;  // 256 codes, read when used
+  __m512i q8s[4];       // 32 * (sum of each code pair) of values 64c .. 64c + 63, int16
+  float d;
+
+  static ActLanesQ6 load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ8_K);
+    ActLanesQ6 a;
+    a.qs = b + offsetof(quant::BlockQ8_K, qs);
+    a.d = load_f32(b);
+    for (int c = 0; c < 4; ++c)
+      a.q8s[c] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), _mm512_loadu_si512(a.qs + 64 * c));
+    return a;
+  }
+};
+
+struct WtLanesQ6 {
+  __m512i q[4];   // codes of values 64c .. 64c + 63 (0..63)
+  __m512i sc[4];  // 16-bit scales: 128-bit lane k of sc[c] holds sc[4c + k]
+  float d;
+};
+
+inline WtLanesQ6 load_q6_lanes(const std::byte* row, int64_t s) {
+  const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ6_K);
+  WtLanesQ6 w;
+  w.d = _cvtsh_ss(load_u16(b + offsetof(quant::BlockQ6_K, d)));
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(quant::BlockQ6_K, scales)));
+  const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+  for (int c = 0; c < 4; ++c) w.sc[c] = chunk_scales(sc, c);
+  const std::byte* ql = b + offsetof(quant::BlockQ6_K, ql);
+  const std::byte* qh = b + offsetof(quant::BlockQ6_K, qh);
+  unpack_half(ql, qh, w.q[0], w.q[1]);
+  unpack_half(ql + 64, qh + 32, w.q[2], w.q[3]);
+  return w;
+}
+
+struct StepLanesQ6 {
+  static constexpr int kStep = quant::kQKK;
+  using Act = ActLanesQ6;
+  using Wt = WtLanesQ6;
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static Act load_act(const std::byte* a, int64_t s) { return Act::load(a, s); }
+  static Wt load_w(const std::byte* w, int64_t s) { return load_q6_lanes(w, s); }
+  // Lane l of the 16 int32 lanes sums values 64c + 4l .. 4l + 3, i.e. ggml's lane l mod 8.
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(w.q[c], _mm512_loadu_si512(a.qs + 64 * c)), a.q8s[c]);
+      sum = _mm512_dpwssd_epi32(sum, p16, w.sc[c]);
+    }
+    const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w.d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  static float reduce(const Acc& acc) { return hsum8(acc); }
+  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
 
 struct Step {
   static constexpr int kStep = quant::kQKK;
@@ -135,11 +196,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 2, kPackedX = 8;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 3;
+constexpr int kLanesW = 2, kLanesX = 4;
 
 }  // namespace
 
-extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_q6_row_bytes, pack_q8_k_q6, dot_tile_packed<PackedQ6Step, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
+extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<StepLanesQ6>,
+                                    dot_tile_lanes<StepLanesQ6, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {}};
 
 }  // namespace ember::cpu::avx512

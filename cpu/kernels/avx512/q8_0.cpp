@@ -1,6 +1,7 @@
 // AVX-512 kernels of Q8_0 weights (x = d * q, signed q) with Q8_0 activations.
 // vpdpbusd needs an unsigned operand: weight codes are shifted to q + 128 and the
 // activation side subtracts 128 * sum(a).
+#include "cpu/kernels/avx512/lanes.hpp"
 #include "cpu/kernels/avx512/packed32.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
@@ -20,6 +21,18 @@ struct Q8_0 {
   static float ref_dot(const void* w, const void* a, int64_t n) { return quant::ref::dot_q8_0(w, a, n); }
 };
 using Step = StepQ8_0<Q8_0>;
+
+// llama.cpp's order (quant/lanes.hpp): one block per step, eight float lanes.
+struct Q8_0Lanes {
+  static constexpr int kOffset = 128;
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
+  static WtLanes32 load(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * kBlockBytes;
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    return {_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _cvtsh_ss(load_u16(b))};
+  }
+};
+using StepLanes = StepLanes32<Q8_0Lanes>;
 
 // Prefill path: 16 blocks per step (packed32.hpp).
 struct Q8_0Group {
@@ -49,12 +62,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 4, kPackedX = 4;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 4;
+constexpr int kLanesW = 4, kLanesX = 4;
 
 }  // namespace
 
-extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_row_bytes<quant::BlockQ8_0>, pack_row<quant::BlockQ8_0, 128>,
-     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
+extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
+                                    dot_tile_lanes<StepLanes, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {}};
 
 }  // namespace ember::cpu::avx512

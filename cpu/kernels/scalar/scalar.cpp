@@ -43,7 +43,8 @@ extern const WeightKernels kQ5_0 = {DType::q5_0, DType::q8_0, ref::quantize_q8_0
 extern const WeightKernels kQ5_1 = {DType::q5_1, DType::q8_1, ref::quantize_q8_1, ref::dot_q5_1,
                                     dot_tile<ref::dot_q5_1>, ref::dequantize_q5_1, 1, 1, {}};
 extern const WeightKernels kQ4_K = {DType::q4_k, DType::q8_k, ref::quantize_q8_k, ref::dot_q4_k,
-                                    dot_tile<ref::dot_q4_k>, ref::dequantize_q4_k, 1, 1, {}};
+                                    dot_tile<ref::dot_q4_k>, ref::dequantize_q4_k, 1, 1, {},
+                                    dot_tile<ref::dot_q4_k_grouped>};
 extern const WeightKernels kQ5_K = {DType::q5_k, DType::q8_k, ref::quantize_q8_k, ref::dot_q5_k,
                                     dot_tile<ref::dot_q5_k>, ref::dequantize_q5_k, 1, 1, {}};
 extern const WeightKernels kQ6_K = {DType::q6_k, DType::q8_k, ref::quantize_q8_k, ref::dot_q6_k,
