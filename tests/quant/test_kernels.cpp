@@ -257,8 +257,10 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
   // Q8_0, Q5_0, Q4_K and Q6_K: every level performs the reference's float operations
   // in its order (quant/lanes.hpp), for one token (whole-row decode), for tiles of
   // tokens, and (Q4_K) in the grouped order of whole groups of 4 tokens.
-  const int n_w = 7, n_x = 6;
-  const size_t out_stride = 8;
+  // 37 rows: whole groups of 16 (batched kernels) and a remainder; 35 tokens: more than
+  // one group of 32 tokens.
+  const int n_w = 37, n_x = 35;
+  const size_t out_stride = 40;
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : {DType::q8_0, DType::q5_0, DType::q4_k, DType::q6_k}) {
       const auto& k = ember::cpu::weight_kernels(isa, type);

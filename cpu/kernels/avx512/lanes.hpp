@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "cpu/kernels/tile.hpp"
+
 #include "cpu/kernels/avx512/blocks32.hpp"
 
 namespace ember::cpu::avx512 {
@@ -62,6 +64,81 @@ struct StepLanes32 {
   static float reduce(const Acc& acc) { return hsum8(acc); }
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }  // n % 32 == 0
 };
+
+// ---- Batches: two tokens per 512-bit register (one token's eight lanes per half) ----
+
+// Register tile of NW weight rows x 2*NP tokens; the weight codes are broadcast to both
+// halves, each half holds one token's codes, bias and scale. The float operations per
+// output are StepLanes32's.
+template <class W, int NW, int NP>
+void tile_lanes32x2(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, float* out,
+                    size_t out_stride, int64_t n) {
+  constexpr size_t kActBlock = sizeof(quant::BlockQ8_0);
+  __m512 acc[NW][NP];
+  for (int r = 0; r < NW; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < n / quant::kQK; ++s) {
+    __m512i y[NP], bias[NP];
+    __m512 da[NP];
+    for (int p = 0; p < NP; ++p) {
+      const std::byte* b0 = a + size_t(2 * p) * a_row_bytes + size_t(s) * kActBlock;
+      const std::byte* b1 = b0 + a_row_bytes;
+      y[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+      bias[p] = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), y[p]),
+                                   _mm512_set1_epi32(-W::kOffset));
+      da[p] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(load_u16(b0))), _mm256_set1_ps(_cvtsh_ss(load_u16(b1))), 1);
+    }
+    for (int r = 0; r < NW; ++r) {
+      const WtLanes32 wt = W::load(w + size_t(r) * w_row_bytes, s);
+      const __m512i q = _mm512_broadcast_i64x4(wt.q);
+      const __m512 wd = _mm512_set1_ps(wt.d);
+      for (int p = 0; p < NP; ++p) {
+        const __m512i sum = _mm512_dpbusd_epi32(bias[p], q, y[p]);
+        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(wd, da[p]), _mm512_cvtepi32_ps(sum), acc[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < NW; ++r)
+    for (int p = 0; p < NP; ++p) {
+      out[size_t(2 * p) * out_stride + size_t(r)] = hsum8(_mm512_castps512_ps256(acc[r][p]));
+      out[size_t(2 * p + 1) * out_stride + size_t(r)] = hsum8(_mm512_extractf32x8_ps(acc[r][p], 1));
+    }
+}
+
+// WeightKernels::dot_tile of the 32-value formats in llama.cpp's order: one token with
+// rows_whole, pairs of tokens with tile_lanes32x2 (4 rows x 8 tokens per tile, smaller
+// at the edges), an odd last token with the one-token step.
+template <class W>
+void dot_tile_lanes32(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                      int n_x, float* out, size_t out_stride, int64_t n) {
+  using Step = StepLanes32<W>;
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  if (n_x == 1) {
+    rows_whole<Step>(w, w_row_bytes, n_w, a, out, n);
+    return;
+  }
+  constexpr int kRows = 4, kPairs = 4;
+  using Fn = void (*)(const std::byte*, size_t, const std::byte*, size_t, float*, size_t, int64_t);
+  static constexpr Fn kTiles[kRows][kPairs] = {
+      {tile_lanes32x2<W, 1, 1>, tile_lanes32x2<W, 1, 2>, tile_lanes32x2<W, 1, 3>, tile_lanes32x2<W, 1, 4>},
+      {tile_lanes32x2<W, 2, 1>, tile_lanes32x2<W, 2, 2>, tile_lanes32x2<W, 2, 3>, tile_lanes32x2<W, 2, 4>},
+      {tile_lanes32x2<W, 3, 1>, tile_lanes32x2<W, 3, 2>, tile_lanes32x2<W, 3, 3>, tile_lanes32x2<W, 3, 4>},
+      {tile_lanes32x2<W, 4, 1>, tile_lanes32x2<W, 4, 2>, tile_lanes32x2<W, 4, 3>, tile_lanes32x2<W, 4, 4>}};
+  const int pairs = n_x / 2;
+  for (int p0 = 0; p0 < pairs; p0 += kPairs) {
+    const int np = pairs - p0 < kPairs ? pairs - p0 : kPairs;
+    for (int r = 0; r < n_w; r += kRows) {
+      const int nw = n_w - r < kRows ? n_w - r : kRows;
+      kTiles[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, a + size_t(2 * p0) * a_row_bytes, a_row_bytes,
+                             out + size_t(2 * p0) * out_stride + size_t(r), out_stride, n);
+    }
+  }
+  if (n_x % 2)
+    dot_tile_with<PlainTile<Step>, 4, 1>(w, w_row_bytes, n_w, a + size_t(n_x - 1) * a_row_bytes, a_row_bytes, 1,
+                                         out + size_t(n_x - 1) * out_stride, out_stride, n);
+}
 
 }  // namespace
 }  // namespace ember::cpu::avx512

@@ -98,6 +98,86 @@ struct StepLanesQ4KGrouped : StepLanesQ4K {
   }
 };
 
+// Batched tokens in the grouped order, 16 weight rows at a time with one int32 lane
+// per row, so that the float work of each 64 values (two FMAs) is done for 16 rows in
+// one instruction. The codes of the 16 rows are gathered a dword (four values) of each
+// row per register, once per 64 values, and reused by every token.
+void grouped16(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
+               size_t out_stride, int64_t n) {
+  constexpr int kTokens = 32;
+  constexpr size_t kBlock = sizeof(quant::BlockQ4_K), kActBlock = sizeof(quant::BlockQ8_K);
+  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(int32_t(w_row_bytes)));
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const int64_t nb = n / quant::kQKK;
+  for (int t0 = 0; t0 < n_x; t0 += kTokens) {
+    const int nt = n_x - t0 < kTokens ? n_x - t0 : kTokens;
+    alignas(64) float acc[kTokens][16], acc_min[kTokens][16];
+    for (int t = 0; t < nt; ++t) {
+      _mm512_store_ps(acc[t], _mm512_setzero_ps());
+      _mm512_store_ps(acc_min[t], _mm512_setzero_ps());
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      const std::byte* wb = w + size_t(b) * kBlock;
+      alignas(64) int32_t sc[8][16], mn[8][16];
+      alignas(64) float d[16], dmin[16];
+      for (int c = 0; c < 16; ++c) {
+        const auto& blk = *reinterpret_cast<const quant::BlockQ4_K*>(wb + size_t(c) * w_row_bytes);
+        d[c] = _cvtsh_ss(blk.d);
+        dmin[c] = _cvtsh_ss(blk.dmin);
+        const quant::KScales k = quant::unpack_k_scales(blk.scales);
+        for (int j = 0; j < 8; ++j) sc[j][c] = k.sc[j], mn[j][c] = k.mn[j];
+      }
+      const __m512 vd = _mm512_load_ps(d), vdmin = _mm512_load_ps(dmin);
+      for (int p = 0; p < 4; ++p) {  // values 64p .. 64p + 63: sub-blocks 2p (low nibbles), 2p + 1 (high)
+        __m512i lo[8], hi[8];
+        for (int k = 0; k < 8; ++k) {
+          const __m512i v = _mm512_i32gather_epi32(rows, wb + offsetof(quant::BlockQ4_K, qs) + 32 * p + 4 * k, 1);
+          lo[k] = _mm512_and_si512(v, nibble);
+          hi[k] = _mm512_and_si512(_mm512_srli_epi32(v, 4), nibble);
+        }
+        const __m512i sc0 = _mm512_load_si512(sc[2 * p]), sc1 = _mm512_load_si512(sc[2 * p + 1]);
+        const __m512i mn0 = _mm512_load_si512(mn[2 * p]), mn1 = _mm512_load_si512(mn[2 * p + 1]);
+        for (int t = 0; t < nt; ++t) {
+          const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
+          const auto& act = *reinterpret_cast<const quant::BlockQ8_K*>(ab);
+          const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs) + 64 * p;
+          __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+          for (int k = 0; k < 8; ++k) {
+            s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(int32_t(load_u32(qs + 4 * k))));
+            s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(int32_t(load_u32(qs + 32 + 4 * k))));
+          }
+          const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1));
+          const int32_t bp0 = act.bsums[4 * p] + act.bsums[4 * p + 1], bp1 = act.bsums[4 * p + 2] + act.bsums[4 * p + 3];
+          const __m512i imin = _mm512_add_epi32(_mm512_mullo_epi32(mn0, _mm512_set1_epi32(bp0)),
+                                                _mm512_mullo_epi32(mn1, _mm512_set1_epi32(bp1)));
+          const __m512 da = _mm512_set1_ps(act.d);
+          _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(vd, da), _mm512_load_ps(acc[t])));
+          _mm512_store_ps(acc_min[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(vdmin, da),
+                                                      _mm512_load_ps(acc_min[t])));
+        }
+      }
+    }
+    for (int t = 0; t < nt; ++t)
+      _mm512_storeu_ps(out + size_t(t0 + t) * out_stride,
+                       _mm512_sub_ps(_mm512_load_ps(acc[t]), _mm512_load_ps(acc_min[t])));
+  }
+}
+
+// WeightKernels::dot_tile_grouped: grouped16 over whole groups of 16 rows, the
+// step kernel (same order) for the rest.
+void dot_tile_grouped(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                      int n_x, float* out, size_t out_stride, int64_t n) {
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  int r = 0;
+  for (; r + 16 <= n_w; r += 16)
+    grouped16(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
+  if (r < n_w)
+    dot_tile_lanes<StepLanesQ4KGrouped, 4, 4>(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x,
+                                              out + r, out_stride, n);
+}
+
 struct Step {
   static constexpr int kStep = quant::kQKK;
   using Act = ActQ8_KOffset;
@@ -150,12 +230,12 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 4, kPackedX = 4;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 4;
-constexpr int kLanesW = 4, kLanesX = 4;
+constexpr int kLanesW = 16, kLanesX = 4;  // 16: chunks of whole grouped16 row groups
 
 }  // namespace
 
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<StepLanesQ4K>,
-                                    dot_tile_lanes<StepLanesQ4K, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {},
-                                    dot_tile_lanes<StepLanesQ4KGrouped, kLanesW, kLanesX>};
+                                    dot_tile_lanes<StepLanesQ4K, 4, 4>, dequantize, kLanesW, kLanesX, {},
+                                    dot_tile_grouped};
 
 }  // namespace ember::cpu::avx512

@@ -62,11 +62,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 4, kPackedX = 4;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 4;
-constexpr int kLanesW = 4, kLanesX = 4;
+constexpr int kLanesW = 4, kLanesX = 8;
 
 }  // namespace
 
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
-                                    dot_tile_lanes<StepLanes, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {}};
+                                    dot_tile_lanes32<Q8_0Lanes>, dequantize, kLanesW, kLanesX, {}};
 
 }  // namespace ember::cpu::avx512
