@@ -67,35 +67,44 @@ struct StepLanes32 {
 
 // ---- Batches: two tokens per 512-bit register (one token's eight lanes per half) ----
 
-// Register tile of NW weight rows x 2*NP tokens; the weight codes are broadcast to both
-// halves, each half holds one token's codes, bias and scale. The float operations per
-// output are StepLanes32's.
+// One block of a pair of activation rows, ready for tile_lanes32x2.
+template <int kOffset>
+struct PairBlock {
+  __m512i y;     // codes: token 0 in the low half, token 1 in the high half
+  __m512i bias;  // -kOffset * (sum of each lane's 4 codes)
+  __m512 d;      // the two tokens' block scales, 8 lanes each
+
+  static PairBlock load(const std::byte* row0, const std::byte* row1, int64_t s) {
+    const std::byte* b0 = row0 + size_t(s) * sizeof(quant::BlockQ8_0);
+    const std::byte* b1 = row1 + size_t(s) * sizeof(quant::BlockQ8_0);
+    PairBlock p;
+    p.y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+    p.bias = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), p.y),
+                                _mm512_set1_epi32(-kOffset));
+    p.d = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(load_u16(b0))), _mm256_set1_ps(_cvtsh_ss(load_u16(b1))), 1);
+    return p;
+  }
+};
+
+// Register tile of NW weight rows x NP token pairs over `blocks` prepared pair blocks
+// (pairs[p * n_blocks + s]); the weight codes are broadcast to both halves. The
+// float operations per output are StepLanes32's.
 template <class W, int NW, int NP>
-void tile_lanes32x2(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, float* out,
-                    size_t out_stride, int64_t n) {
-  constexpr size_t kActBlock = sizeof(quant::BlockQ8_0);
+void tile_lanes32x2(const std::byte* w, size_t w_row_bytes, const PairBlock<W::kOffset>* pairs, int64_t n_blocks,
+                    float* out, size_t out_stride) {
   __m512 acc[NW][NP];
   for (int r = 0; r < NW; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < n / quant::kQK; ++s) {
-    __m512i y[NP], bias[NP];
-    __m512 da[NP];
-    for (int p = 0; p < NP; ++p) {
-      const std::byte* b0 = a + size_t(2 * p) * a_row_bytes + size_t(s) * kActBlock;
-      const std::byte* b1 = b0 + a_row_bytes;
-      y[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
-                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
-      bias[p] = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), y[p]),
-                                   _mm512_set1_epi32(-W::kOffset));
-      da[p] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(load_u16(b0))), _mm256_set1_ps(_cvtsh_ss(load_u16(b1))), 1);
-    }
+  for (int64_t s = 0; s < n_blocks; ++s) {
     for (int r = 0; r < NW; ++r) {
       const WtLanes32 wt = W::load(w + size_t(r) * w_row_bytes, s);
       const __m512i q = _mm512_broadcast_i64x4(wt.q);
       const __m512 wd = _mm512_set1_ps(wt.d);
       for (int p = 0; p < NP; ++p) {
-        const __m512i sum = _mm512_dpbusd_epi32(bias[p], q, y[p]);
-        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(wd, da[p]), _mm512_cvtepi32_ps(sum), acc[r][p]);
+        const PairBlock<W::kOffset>& a = pairs[size_t(p) * size_t(n_blocks) + size_t(s)];
+        const __m512i sum = _mm512_dpbusd_epi32(a.bias, q, a.y);
+        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(wd, a.d), _mm512_cvtepi32_ps(sum), acc[r][p]);
       }
     }
   }
@@ -106,13 +115,41 @@ void tile_lanes32x2(const std::byte* w, size_t w_row_bytes, const std::byte* a, 
     }
 }
 
+// Instances of a pair tile T (T::Fn, T::run<R, P>) for every shape up to MR rows x MP
+// token pairs, indexed [rows - 1][pairs - 1].
+template <class T, int MR, int MP>
+struct PairTiles {
+  typename T::Fn fn[MR][MP];
+  constexpr PairTiles() : fn{} { fill<1, 1>(); }
+  template <int R, int P>
+  constexpr void fill() {
+    fn[R - 1][P - 1] = &T::template run<R, P>;
+    if constexpr (P < MP) {
+      fill<R, P + 1>();
+    } else if constexpr (R < MR) {
+      fill<R + 1, 1>();
+    }
+  }
+};
+
+template <class W>
+struct Lanes32Tile {
+  using Fn = void (*)(const std::byte*, size_t, const PairBlock<W::kOffset>*, int64_t, float*, size_t);
+  template <int R, int P>
+  static void run(const std::byte* w, size_t w_row_bytes, const PairBlock<W::kOffset>* pairs, int64_t n_blocks,
+                  float* out, size_t out_stride) {
+    tile_lanes32x2<W, R, P>(w, w_row_bytes, pairs, n_blocks, out, out_stride);
+  }
+};
+
 // WeightKernels::dot_tile of the 32-value formats in llama.cpp's order: one token with
-// rows_whole, pairs of tokens with tile_lanes32x2 (4 rows x 8 tokens per tile, smaller
-// at the edges), an odd last token with the one-token step.
+// rows_whole; pairs of tokens, four pairs at a time, prepared once (per-thread buffer)
+// and multiplied with tiles of 4 rows; an odd last token with the one-token step.
 template <class W>
 void dot_tile_lanes32(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
                       int n_x, float* out, size_t out_stride, int64_t n) {
   using Step = StepLanes32<W>;
+  using Pair = PairBlock<W::kOffset>;
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
   if (n_x == 1) {
@@ -120,19 +157,22 @@ void dot_tile_lanes32(const void* weights, size_t w_row_bytes, int n_w, const vo
     return;
   }
   constexpr int kRows = 4, kPairs = 4;
-  using Fn = void (*)(const std::byte*, size_t, const std::byte*, size_t, float*, size_t, int64_t);
-  static constexpr Fn kTiles[kRows][kPairs] = {
-      {tile_lanes32x2<W, 1, 1>, tile_lanes32x2<W, 1, 2>, tile_lanes32x2<W, 1, 3>, tile_lanes32x2<W, 1, 4>},
-      {tile_lanes32x2<W, 2, 1>, tile_lanes32x2<W, 2, 2>, tile_lanes32x2<W, 2, 3>, tile_lanes32x2<W, 2, 4>},
-      {tile_lanes32x2<W, 3, 1>, tile_lanes32x2<W, 3, 2>, tile_lanes32x2<W, 3, 3>, tile_lanes32x2<W, 3, 4>},
-      {tile_lanes32x2<W, 4, 1>, tile_lanes32x2<W, 4, 2>, tile_lanes32x2<W, 4, 3>, tile_lanes32x2<W, 4, 4>}};
-  const int pairs = n_x / 2;
-  for (int p0 = 0; p0 < pairs; p0 += kPairs) {
-    const int np = pairs - p0 < kPairs ? pairs - p0 : kPairs;
+  static constexpr PairTiles<Lanes32Tile<W>, kRows, kPairs> kTiles;
+  const int64_t n_blocks = n / quant::kQK;
+  thread_local std::vector<Pair> pairs;
+  if (pairs.size() < size_t(kPairs * n_blocks)) pairs.resize(size_t(kPairs * n_blocks));
+  const int n_pairs = n_x / 2;
+  for (int p0 = 0; p0 < n_pairs; p0 += kPairs) {
+    const int np = n_pairs - p0 < kPairs ? n_pairs - p0 : kPairs;
+    for (int p = 0; p < np; ++p) {
+      const std::byte* row0 = a + size_t(2 * (p0 + p)) * a_row_bytes;
+      for (int64_t s = 0; s < n_blocks; ++s)
+        pairs[size_t(p) * size_t(n_blocks) + size_t(s)] = Pair::load(row0, row0 + a_row_bytes, s);
+    }
     for (int r = 0; r < n_w; r += kRows) {
       const int nw = n_w - r < kRows ? n_w - r : kRows;
-      kTiles[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, a + size_t(2 * p0) * a_row_bytes, a_row_bytes,
-                             out + size_t(2 * p0) * out_stride + size_t(r), out_stride, n);
+      kTiles.fn[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, pairs.data(), n_blocks,
+                             out + size_t(2 * p0) * out_stride + size_t(r), out_stride);
     }
   }
   if (n_x % 2)

@@ -98,6 +98,109 @@ struct StepLanesQ6 {
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
 };
 
+// Batches: two tokens per 512-bit register, as the 32-value formats (lanes.hpp). A
+// prepared pair holds both tokens' codes of each 32-value chunk and their pair sums
+// times 32 (the code offset); weight chunks are broadcast to both halves.
+struct PairQ6 {
+  __m512i y[8];    // chunk c: token 0's codes in the low half, token 1's in the high half
+  __m512i q8s[8];  // 32 * (sum of each code pair), int16
+  __m512 d;
+
+  static PairQ6 load(const std::byte* row0, const std::byte* row1, int64_t s) {
+    const std::byte* b0 = row0 + size_t(s) * sizeof(quant::BlockQ8_K);
+    const std::byte* b1 = row1 + size_t(s) * sizeof(quant::BlockQ8_K);
+    const std::byte* q0 = b0 + offsetof(quant::BlockQ8_K, qs);
+    const std::byte* q1 = b1 + offsetof(quant::BlockQ8_K, qs);
+    PairQ6 p;
+    for (int c = 0; c < 8; ++c) {
+      p.y[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + 32 * c))),
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q1 + 32 * c)), 1);
+      p.q8s[c] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), p.y[c]);
+    }
+    p.d = _mm512_insertf32x8(_mm512_set1_ps(load_f32(b0)), _mm256_set1_ps(load_f32(b1)), 1);
+    return p;
+  }
+};
+
+template <int NW, int NP>
+void tile_q6x2(const std::byte* w, size_t w_row_bytes, const PairQ6* pairs, int64_t n_blocks, float* out,
+               size_t out_stride) {
+  __m512 acc[NW][NP];
+  for (int r = 0; r < NW; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < n_blocks; ++s) {
+    for (int r = 0; r < NW; ++r) {
+      const WtLanesQ6 wt = load_q6_lanes(w + size_t(r) * w_row_bytes, s);
+      __m512i sum[NP];
+      for (int p = 0; p < NP; ++p) sum[p] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        // Chunk c is the low (even c) or high (odd c) half of register c / 2.
+        const __m512i q = c % 2 ? _mm512_shuffle_i64x2(wt.q[c / 2], wt.q[c / 2], 0xee)
+                                : _mm512_shuffle_i64x2(wt.q[c / 2], wt.q[c / 2], 0x44);
+        const __m512i sc = c % 2 ? _mm512_shuffle_i64x2(wt.sc[c / 2], wt.sc[c / 2], 0xee)
+                                 : _mm512_shuffle_i64x2(wt.sc[c / 2], wt.sc[c / 2], 0x44);
+        for (int p = 0; p < NP; ++p) {
+          const PairQ6& a = pairs[size_t(p) * size_t(n_blocks) + size_t(s)];
+          sum[p] = _mm512_dpwssd_epi32(sum[p], _mm512_sub_epi16(_mm512_maddubs_epi16(q, a.y[c]), a.q8s[c]), sc);
+        }
+      }
+      const __m512 wd = _mm512_set1_ps(wt.d);
+      for (int p = 0; p < NP; ++p) {
+        const PairQ6& a = pairs[size_t(p) * size_t(n_blocks) + size_t(s)];
+        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(a.d, wd), _mm512_cvtepi32_ps(sum[p]), acc[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < NW; ++r)
+    for (int p = 0; p < NP; ++p) {
+      out[size_t(2 * p) * out_stride + size_t(r)] = hsum8(_mm512_castps512_ps256(acc[r][p]));
+      out[size_t(2 * p + 1) * out_stride + size_t(r)] = hsum8(_mm512_extractf32x8_ps(acc[r][p], 1));
+    }
+}
+
+struct Q6Tile {
+  using Fn = void (*)(const std::byte*, size_t, const PairQ6*, int64_t, float*, size_t);
+  template <int R, int P>
+  static void run(const std::byte* w, size_t w_row_bytes, const PairQ6* pairs, int64_t n_blocks, float* out,
+                  size_t out_stride) {
+    tile_q6x2<R, P>(w, w_row_bytes, pairs, n_blocks, out, out_stride);
+  }
+};
+
+// WeightKernels::dot_tile: one token with rows_whole, pairs of tokens with tile_q6x2,
+// an odd last token with the one-token step.
+void dot_tile_q6(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                 int n_x, float* out, size_t out_stride, int64_t n) {
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  if (n_x == 1) {
+    rows_whole<StepLanesQ6>(w, w_row_bytes, n_w, a, out, n);
+    return;
+  }
+  constexpr int kRows = 4, kPairs = 4;
+  static constexpr PairTiles<Q6Tile, kRows, kPairs> kTiles;
+  const int64_t n_blocks = n / quant::kQKK;
+  thread_local std::vector<PairQ6> pairs;
+  if (pairs.size() < size_t(kPairs * n_blocks)) pairs.resize(size_t(kPairs * n_blocks));
+  const int n_pairs = n_x / 2;
+  for (int p0 = 0; p0 < n_pairs; p0 += kPairs) {
+    const int np = n_pairs - p0 < kPairs ? n_pairs - p0 : kPairs;
+    for (int p = 0; p < np; ++p) {
+      const std::byte* row0 = a + size_t(2 * (p0 + p)) * a_row_bytes;
+      for (int64_t s = 0; s < n_blocks; ++s)
+        pairs[size_t(p) * size_t(n_blocks) + size_t(s)] = PairQ6::load(row0, row0 + a_row_bytes, s);
+    }
+    for (int r = 0; r < n_w; r += kRows) {
+      const int nw = n_w - r < kRows ? n_w - r : kRows;
+      kTiles.fn[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, pairs.data(), n_blocks,
+                                out + size_t(2 * p0) * out_stride + size_t(r), out_stride);
+    }
+  }
+  if (n_x % 2)
+    dot_tile_with<PlainTile<StepLanesQ6>, 4, 1>(w, w_row_bytes, n_w, a + size_t(n_x - 1) * a_row_bytes, a_row_bytes,
+                                                1, out + size_t(n_x - 1) * out_stride, out_stride, n);
+}
+
 struct Step {
   static constexpr int kStep = quant::kQKK;
   using Act = ActQ8_K;
@@ -196,11 +299,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kPackedW = 2, kPackedX = 8;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 3;
-constexpr int kLanesW = 2, kLanesX = 4;
+constexpr int kLanesW = 2, kLanesX = 8;
 
 }  // namespace
 
 extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<StepLanesQ6>,
-                                    dot_tile_lanes<StepLanesQ6, kLanesW, kLanesX>, dequantize, kLanesW, kLanesX, {}};
+                                    dot_tile_q6, dequantize, kLanesW, kLanesX, {}};
 
 }  // namespace ember::cpu::avx512
