@@ -164,4 +164,7 @@ TEST_CASE("perplexity is within 1 % of llama-perplexity", "[real_model][perplexi
               100.0 * (ppl - reference) / reference);
   CHECK(scored == 1785);
   CHECK(std::abs(ppl - reference) / reference < 0.01);
+  // The logits are bit-identical to llama.cpp's (see the greedy test), so only the way
+  // the NLL is summed differs (here in double): the 4 printed decimals agree.
+  CHECK(std::abs(ppl - reference) < 1e-4);
 }
