@@ -41,55 +41,51 @@ void quantize_q4_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Per super-block: (fp16(d) * d_a) * sum_j sc[j] * sum(q * q_a) - (fp16(dmin) * d_a) * sum_j mn[j] * (bsums[2j] + bsums[2j + 1]).
-float dot_q4_k(const void* w, const void* a_q8_k, int64_t n) {
-  const auto* wb = static_cast<const BlockQ4_K*>(w);
-  const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
-  float acc = 0.0f, acc_min = 0.0f;  // llama.cpp's order (quant/lanes.hpp)
-  for (int64_t b = 0; b < n / kQKK; ++b) {
-    const BlockQ4_K& blk = wb[b];
-    const BlockQ8_K& act = ab[b];
-    const KScales s = unpack_k_scales(blk.scales);
-    int32_t sumi = 0, summ = 0;
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* qs = blk.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      int32_t part = 0;
-      for (int l = 0; l < 32; ++l) part += ((qs[l] >> shift) & 15) * int32_t(act.qs[32 * j + l]);
-      sumi += int32_t(s.sc[j]) * part;
-      summ += int32_t(s.mn[j]) * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
-    }
-    acc = std::fma(float(sumi), load_fp16(blk.d) * act.d, acc);
-    acc_min = std::fma(float(summ), load_fp16(blk.dmin) * act.d, acc_min);
+namespace {
+
+// Per sub-block j of a super-block: sc[j] * sum(q * q_a) and mn[j] * (bsums[2j] + bsums[2j + 1]).
+struct SubBlockSums {
+  int32_t scaled[8], mins[8];
+};
+SubBlockSums sub_block_sums(const BlockQ4_K& blk, const BlockQ8_K& act) {
+  const KScales s = unpack_k_scales(blk.scales);
+  SubBlockSums r;
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t* qs = blk.qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    int32_t part = 0;
+    for (int l = 0; l < 32; ++l) part += ((qs[l] >> shift) & 15) * int32_t(act.qs[32 * j + l]);
+    r.scaled[j] = int32_t(s.sc[j]) * part;
+    r.mins[j] = int32_t(s.mn[j]) * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
   }
-  return acc - acc_min;
+  return r;
 }
 
-// As dot_q4_k, with the two accumulators updated after every 64 values (sub-blocks 2i, 2i + 1).
-float dot_q4_k_grouped(const void* w, const void* a_q8_k, int64_t n) {
+// llama.cpp's order (quant/lanes.hpp): acc and min are updated once per `group`
+// sub-blocks (8: per super-block, llama.cpp's gemv; 2: per 64 values, its gemm).
+float dot_q4_k_in_groups(const void* w, const void* a_q8_k, int64_t n, int group) {
   const auto* wb = static_cast<const BlockQ4_K*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
   float acc = 0.0f, acc_min = 0.0f;
   for (int64_t b = 0; b < n / kQKK; ++b) {
-    const BlockQ4_K& blk = wb[b];
-    const BlockQ8_K& act = ab[b];
-    const KScales s = unpack_k_scales(blk.scales);
-    const float d = load_fp16(blk.d) * act.d, dmin = load_fp16(blk.dmin) * act.d;
-    for (int pair = 0; pair < 4; ++pair) {
+    const SubBlockSums sums = sub_block_sums(wb[b], ab[b]);
+    const float d = load_fp16(wb[b].d) * ab[b].d, dmin = load_fp16(wb[b].dmin) * ab[b].d;
+    for (int j0 = 0; j0 < 8; j0 += group) {
       int32_t sumi = 0, summ = 0;
-      for (int j = 2 * pair; j < 2 * pair + 2; ++j) {
-        const uint8_t* qs = blk.qs + 32 * (j / 2);
-        const int shift = 4 * (j % 2);
-        int32_t part = 0;
-        for (int l = 0; l < 32; ++l) part += ((qs[l] >> shift) & 15) * int32_t(act.qs[32 * j + l]);
-        sumi += int32_t(s.sc[j]) * part;
-        summ += int32_t(s.mn[j]) * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
-      }
+      for (int j = j0; j < j0 + group; ++j) sumi += sums.scaled[j], summ += sums.mins[j];
       acc = std::fma(float(sumi), d, acc);
       acc_min = std::fma(float(summ), dmin, acc_min);
     }
   }
   return acc - acc_min;
 }
+
+}  // namespace
+
+// Per super-block: (fp16(d) * d_a) * sum_j sc[j] * sum(q * q_a) - (fp16(dmin) * d_a) * sum_j mn[j] * (bsums[2j] + bsums[2j + 1]).
+float dot_q4_k(const void* w, const void* a_q8_k, int64_t n) { return dot_q4_k_in_groups(w, a_q8_k, n, 8); }
+
+// As dot_q4_k, with the two accumulators updated after every 64 values (sub-blocks 2i, 2i + 1).
+float dot_q4_k_grouped(const void* w, const void* a_q8_k, int64_t n) { return dot_q4_k_in_groups(w, a_q8_k, n, 2); }
 
 }  // namespace ember::quant::ref

@@ -142,42 +142,48 @@ struct Lanes32Tile {
   }
 };
 
-// WeightKernels::dot_tile of the 32-value formats in llama.cpp's order: one token with
-// rows_whole; pairs of tokens, four pairs at a time, prepared once (per-thread buffer)
-// and multiplied with tiles of 4 rows; an odd last token with the one-token step.
-template <class W>
-void dot_tile_lanes32(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
-                      int n_x, float* out, size_t out_stride, int64_t n) {
-  using Step = StepLanes32<W>;
-  using Pair = PairBlock<W::kOffset>;
+// WeightKernels::dot_tile over token pairs: one token with rows_whole<Step>; pairs of
+// tokens, kPairs at a time, prepared once per call (Pair::load(row0, row1, step), in a
+// per-thread buffer) and multiplied by Tile (see PairTiles) kRows weight rows at a
+// time; an odd last token with the one-token Step.
+template <class Pair, class Tile, class Step, int kRows, int kPairs>
+void dot_tile_pairs(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                    int n_x, float* out, size_t out_stride, int64_t n) {
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
   if (n_x == 1) {
     rows_whole<Step>(w, w_row_bytes, n_w, a, out, n);
     return;
   }
-  constexpr int kRows = 4, kPairs = 4;
-  static constexpr PairTiles<Lanes32Tile<W>, kRows, kPairs> kTiles;
-  const int64_t n_blocks = n / quant::kQK;
+  static constexpr PairTiles<Tile, kRows, kPairs> kTiles;
+  const int64_t n_steps = n / Step::kStep;
   thread_local std::vector<Pair> pairs;
-  if (pairs.size() < size_t(kPairs * n_blocks)) pairs.resize(size_t(kPairs * n_blocks));
+  if (pairs.size() < size_t(kPairs * n_steps)) pairs.resize(size_t(kPairs * n_steps));
   const int n_pairs = n_x / 2;
   for (int p0 = 0; p0 < n_pairs; p0 += kPairs) {
     const int np = n_pairs - p0 < kPairs ? n_pairs - p0 : kPairs;
     for (int p = 0; p < np; ++p) {
       const std::byte* row0 = a + size_t(2 * (p0 + p)) * a_row_bytes;
-      for (int64_t s = 0; s < n_blocks; ++s)
-        pairs[size_t(p) * size_t(n_blocks) + size_t(s)] = Pair::load(row0, row0 + a_row_bytes, s);
+      for (int64_t s = 0; s < n_steps; ++s)
+        pairs[size_t(p) * size_t(n_steps) + size_t(s)] = Pair::load(row0, row0 + a_row_bytes, s);
     }
     for (int r = 0; r < n_w; r += kRows) {
       const int nw = n_w - r < kRows ? n_w - r : kRows;
-      kTiles.fn[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, pairs.data(), n_blocks,
-                             out + size_t(2 * p0) * out_stride + size_t(r), out_stride);
+      kTiles.fn[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, pairs.data(), n_steps,
+                                out + size_t(2 * p0) * out_stride + size_t(r), out_stride);
     }
   }
   if (n_x % 2)
     dot_tile_with<PlainTile<Step>, 4, 1>(w, w_row_bytes, n_w, a + size_t(n_x - 1) * a_row_bytes, a_row_bytes, 1,
                                          out + size_t(n_x - 1) * out_stride, out_stride, n);
+}
+
+// WeightKernels::dot_tile of the 32-value formats in llama.cpp's order.
+template <class W>
+void dot_tile_lanes32(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                      int n_x, float* out, size_t out_stride, int64_t n) {
+  dot_tile_pairs<PairBlock<W::kOffset>, Lanes32Tile<W>, StepLanes32<W>, 4, 4>(weights, w_row_bytes, n_w, activations,
+                                                                             a_row_bytes, n_x, out, out_stride, n);
 }
 
 }  // namespace

@@ -167,38 +167,11 @@ struct Q6Tile {
   }
 };
 
-// WeightKernels::dot_tile: one token with rows_whole, pairs of tokens with tile_q6x2,
-// an odd last token with the one-token step.
+// WeightKernels::dot_tile in llama.cpp's order (see dot_tile_pairs).
 void dot_tile_q6(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
                  int n_x, float* out, size_t out_stride, int64_t n) {
-  const auto* w = static_cast<const std::byte*>(weights);
-  const auto* a = static_cast<const std::byte*>(activations);
-  if (n_x == 1) {
-    rows_whole<StepLanesQ6>(w, w_row_bytes, n_w, a, out, n);
-    return;
-  }
-  constexpr int kRows = 4, kPairs = 4;
-  static constexpr PairTiles<Q6Tile, kRows, kPairs> kTiles;
-  const int64_t n_blocks = n / quant::kQKK;
-  thread_local std::vector<PairQ6> pairs;
-  if (pairs.size() < size_t(kPairs * n_blocks)) pairs.resize(size_t(kPairs * n_blocks));
-  const int n_pairs = n_x / 2;
-  for (int p0 = 0; p0 < n_pairs; p0 += kPairs) {
-    const int np = n_pairs - p0 < kPairs ? n_pairs - p0 : kPairs;
-    for (int p = 0; p < np; ++p) {
-      const std::byte* row0 = a + size_t(2 * (p0 + p)) * a_row_bytes;
-      for (int64_t s = 0; s < n_blocks; ++s)
-        pairs[size_t(p) * size_t(n_blocks) + size_t(s)] = PairQ6::load(row0, row0 + a_row_bytes, s);
-    }
-    for (int r = 0; r < n_w; r += kRows) {
-      const int nw = n_w - r < kRows ? n_w - r : kRows;
-      kTiles.fn[nw - 1][np - 1](w + size_t(r) * w_row_bytes, w_row_bytes, pairs.data(), n_blocks,
-                                out + size_t(2 * p0) * out_stride + size_t(r), out_stride);
-    }
-  }
-  if (n_x % 2)
-    dot_tile_with<PlainTile<StepLanesQ6>, 4, 1>(w, w_row_bytes, n_w, a + size_t(n_x - 1) * a_row_bytes, a_row_bytes,
-                                                1, out + size_t(n_x - 1) * out_stride, out_stride, n);
+  dot_tile_pairs<PairQ6, Q6Tile, StepLanesQ6, 4, 4>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out,
+                                                    out_stride, n);
 }
 
 struct Step {
