@@ -17,6 +17,16 @@ namespace {
 // registers holding the low nibbles (or the high nibbles) of two consecutive 32-byte
 // groups, i.e. sub-blocks (4c, 4c + 2) or (4c + 1, 4c + 3); the activation codes are
 // rearranged once here to the same order, so each weight register is used as loaded.
+// The 256 activation codes of a super-block as 4 registers holding sub-blocks (0, 2),
+// (1, 3), (4, 6), (5, 7): the order Q4_K / Q5_K weight codes unpack into.
+inline void load_k_codes(const std::byte* qs, __m512i* y) {
+  for (int h = 0; h < 2; ++h) {
+    const __m512i first = _mm512_loadu_si512(qs + 128 * h), second = _mm512_loadu_si512(qs + 128 * h + 64);
+    y[2 * h] = _mm512_shuffle_i64x2(first, second, 0x44);      // 128-bit lanes 0 1 of each
+    y[2 * h + 1] = _mm512_shuffle_i64x2(first, second, 0xee);  // lanes 2 3 of each
+  }
+}
+
 struct ActQ8_KOffset {
   __m512i y[4];  // sub-blocks (0, 2), (1, 3), (4, 6), (5, 7)
   __m512 mins;   // lanes 0-7: d_a * (bsums[2j] + bsums[2j + 1]), lanes 8-15: 0
@@ -27,11 +37,7 @@ struct ActQ8_KOffset {
     const std::byte* qs = b + offsetof(quant::BlockQ8_K, qs);
     ActQ8_KOffset a;
     a.d = load_f32(b);
-    for (int h = 0; h < 2; ++h) {
-      const __m512i first = _mm512_loadu_si512(qs + 128 * h), second = _mm512_loadu_si512(qs + 128 * h + 64);
-      a.y[2 * h] = _mm512_shuffle_i64x2(first, second, 0x44);      // 128-bit lanes 0 1 of each
-      a.y[2 * h + 1] = _mm512_shuffle_i64x2(first, second, 0xee);  // lanes 2 3 of each
-    }
+    load_k_codes(qs, a.y);
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + offsetof(quant::BlockQ8_K, bsums)));
     const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
     a.mins = _mm512_zextps256_ps512(_mm256_mul_ps(pairs, _mm256_set1_ps(a.d)));

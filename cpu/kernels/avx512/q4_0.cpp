@@ -41,8 +41,7 @@ void rows16(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a
             const int32_t* offset, const float* d_act, float* out, size_t out_stride, int64_t n) {
   constexpr int kTokens = 32;
   constexpr size_t kBlock = sizeof(quant::BlockQ4_0), kActBlock = sizeof(quant::BlockQ8_0);
-  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(int32_t(w_row_bytes)));
+  const __m512i rows = row_offsets16(w_row_bytes);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const int64_t nb = n / quant::kQK;
   for (int t0 = 0; t0 < n_x; t0 += kTokens) {

@@ -19,11 +19,7 @@ struct ActLanesQ4K {
     const std::byte* qs = b + offsetof(quant::BlockQ8_K, qs);
     ActLanesQ4K a;
     a.d = load_f32(b);
-    for (int h = 0; h < 2; ++h) {
-      const __m512i first = _mm512_loadu_si512(qs + 128 * h), second = _mm512_loadu_si512(qs + 128 * h + 64);
-      a.y[2 * h] = _mm512_shuffle_i64x2(first, second, 0x44);
-      a.y[2 * h + 1] = _mm512_shuffle_i64x2(first, second, 0xee);
-    }
+    load_k_codes(qs, a.y);
     const std::byte* bs = b + offsetof(quant::BlockQ8_K, bsums);
     a.bsum_pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bs)),
                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + 16)));
@@ -106,8 +102,7 @@ void grouped16(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_
                size_t out_stride, int64_t n) {
   constexpr int kTokens = 32;
   constexpr size_t kBlock = sizeof(quant::BlockQ4_K), kActBlock = sizeof(quant::BlockQ8_K);
-  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(int32_t(w_row_bytes)));
+  const __m512i rows = row_offsets16(w_row_bytes);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const int64_t nb = n / quant::kQKK;
   for (int t0 = 0; t0 < n_x; t0 += kTokens) {

@@ -91,6 +91,12 @@ inline __m256i nibbles_32(const std::byte* p) {
 inline __m512i sum4_i8(__m512i y) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), y); }
 
 inline int32_t hsum_i32(__m512i v) { return _mm512_reduce_add_epi32(v); }
+
+// Byte offsets of 16 consecutive rows (gather indices for one dword of each row).
+inline __m512i row_offsets16(size_t row_bytes) {
+  return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm512_set1_epi32(int32_t(row_bytes)));
+}
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 }  // namespace
