@@ -3,7 +3,8 @@
 // whole sub-block dot products and the scales are applied once per 16 sub-blocks in
 // float, instead of a vpmaddubsw + vpdpwssd pair per 64 codes.
 //
-// Q4_K / Q5_K: a step is two super-blocks (16 sub-blocks of 32); register k (k = 0..7)
+// Used by Q5_K (Q4_K and Q6_K run in llama.cpp's order instead, lanes.hpp). A step is
+// two super-blocks (16 sub-blocks of 32); register k (k = 0..7)
 // holds codes 4k .. 4k + 3 of every sub-block. Lane L holds sub-block j of super-block
 // sb with sb = (L % 8) / 4 and j = 2 (L % 4) + L / 8: lanes 0-7 are the sub-blocks of
 // low nibbles and 8-15 those of high nibbles, the order an 8 x 8 dword transpose of
@@ -11,12 +12,7 @@
 //   [0, 512)    codes: 64 bytes per k (lane L: dword 8j + k of super-block sb's codes)
 //   [512, 576)  f32 d_a of super-block sb
 //   [576, 640)  f32 d_a * (bsums[2j] + bsums[2j + 1]) of (sb, j)
-// Q6_K: a step is one super-block (16 sub-blocks of 16); register k (k = 0..3) holds
-// codes 4k .. 4k + 3 of sub-block block_of_lane(L) (packed32.hpp). 384 bytes per step:
-//   [0, 256)    codes: 64 bytes per k
-//   [256, 320)  f32 d_a (every lane)
-//   [320, 384)  f32 d_a * bsums[block_of_lane(L)]
-// A super-block left over (odd count, Q4_K / Q5_K) stays in Q8_K format after the steps.
+// A super-block left over (odd count) stays in Q8_K format after the steps.
 #pragma once
 
 #include "cpu/kernels/avx512/blocks256.hpp"
@@ -131,28 +127,6 @@ struct PackedKPairStep {
   static float reduce(const Acc& acc) { return hsum(acc); }
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
 };
-
-// ---- Q6_K ----
-
-constexpr size_t kQ6Bytes = 384;
-
-inline void pack_q8_k_q6(const void* activations, void* packed, int64_t n) {
-  const auto* src = static_cast<const quant::BlockQ8_K*>(activations);
-  auto* dst = static_cast<std::byte*>(packed);
-  for (int64_t b = 0; b < n / quant::kQKK; ++b, ++src, dst += kQ6Bytes) {
-    float d[16], sums[16];
-    for (int lane = 0; lane < 16; ++lane) {
-      const int j = block_of_lane(lane);
-      for (int k = 0; k < 4; ++k) std::memcpy(dst + 64 * k + 4 * lane, src->qs + 16 * j + 4 * k, 4);
-      d[lane] = src->d;
-      sums[lane] = src->d * float(src->bsums[j]);
-    }
-    std::memcpy(dst + 256, d, 64);
-    std::memcpy(dst + 320, sums, 64);
-  }
-}
-
-inline size_t packed_q6_row_bytes(int64_t n) { return size_t(n / quant::kQKK) * kQ6Bytes; }
 
 }  // namespace
 }  // namespace ember::cpu::avx512

@@ -1,4 +1,6 @@
-// AVX-512 prefill path of the 32-value formats (WeightKernels::packed).
+// AVX-512 prefill path of the 32-value formats with a min (WeightKernels::packed):
+// Q4_1 and Q5_1. (Q8_0 and Q5_0 run in llama.cpp's order, lanes.hpp; Q4_0 batches
+// with one lane per weight row, q4_0.cpp.)
 //
 // The plain kernels hold two blocks per register, so every block pair of every
 // (weight row, token) pays a conversion to float, a scale product and an FMA. Here a

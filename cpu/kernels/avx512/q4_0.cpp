@@ -1,7 +1,7 @@
 // AVX-512 kernels of Q4_0 weights (x = d * (q - 8)) with Q8_0 activations.
 #include <vector>
 
-#include "cpu/kernels/avx512/packed32.hpp"
+#include "cpu/kernels/avx512/blocks32.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -19,19 +19,6 @@ struct Q4_0 {
   static float ref_dot(const void* w, const void* a, int64_t n) { return quant::ref::dot_q4_0(w, a, n); }
 };
 using Step = StepQ8_0<Q4_0>;
-
-// Prefill path: 16 blocks per step (packed32.hpp).
-struct Q4_0Group {
-  static constexpr bool kMin = false;
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_0);
-  static WtGroup load_group(const std::byte* g) {
-    WtGroup w;
-    load_nibbles_transposed(g + 2, kBlockBytes, w.q);
-    w.d = gather_fp16(g, kBlockBytes);
-    return w;
-  }
-};
-using Packed = PackedStep<Q4_0Group>;
 
 // Batches: 16 weight rows per register, one int32 lane per row, so that each block's
 // float work (one FMA) serves 16 rows. The codes of the 16 rows are gathered a dword
@@ -110,8 +97,6 @@ void dequantize(const void* src, float* dst, int64_t n) {
     store_symmetric(dst + b * quant::kQK, nibbles_32(p + 2), 8.0f, _cvtsh_ss(load_u16(p)));
 }
 
-constexpr int kPackedW = 4, kPackedX = 4;
-constexpr bool kPackedDecode = true;
 constexpr int kTileW = 16, kTileX = 4;  // 16: chunks of whole rows16 groups
 
 }  // namespace

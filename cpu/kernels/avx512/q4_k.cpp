@@ -1,6 +1,8 @@
-// AVX-512 kernels of Q4_K weights with Q8_K activations (see blocks256.hpp).
+// AVX-512 kernels of Q4_K weights with Q8_K activations, in llama.cpp's summation
+// orders (quant/lanes.hpp): per super-block for single tokens, per 64 values for
+// whole groups of 4 tokens (dot_tile_grouped).
 #include "cpu/kernels/avx512/lanes.hpp"
-#include "cpu/kernels/avx512/packed256.hpp"
+#include "cpu/kernels/avx512/blocks256.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -173,38 +175,6 @@ void dot_tile_grouped(const void* weights, size_t w_row_bytes, int n_w, const vo
                                               out + r, out_stride, n);
 }
 
-struct Step {
-  static constexpr int kStep = quant::kQKK;
-  using Act = ActQ8_KOffset;
-  using Wt = WtKOffset;
-  using Acc = __m512;
-  static Acc zero() { return _mm512_setzero_ps(); }
-  static Act load_act(const std::byte* a, int64_t s) { return Act::load(a, s); }
-  static Wt load_w(const std::byte* row, int64_t s) {
-    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ4_K);
-    Wt w;
-    load_k_offset_scales(b, w);
-    const std::byte* qs = b + offsetof(quant::BlockQ4_K, qs);
-    load_nibbles(qs, w.q[0], w.q[1]);
-    load_nibbles(qs + 64, w.q[2], w.q[3]);
-    return w;
-  }
-  static void madd(Acc& acc, const Wt& w, const Act& a) { madd_k_offset(acc, w, a); }
-  static float reduce(const Acc& acc) { return hsum(acc); }
-  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
-};
-
-// Prefill path: two super-blocks per step (packed256.hpp).
-struct Q4_KPair {
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_K);
-  static WtKPair load_pair(const std::byte* b0, const std::byte* b1) {
-    WtKPair w;
-    load_k_pair(b0, b1, offsetof(quant::BlockQ4_K, qs), w);
-    return w;
-  }
-};
-using Packed = PackedKPairStep<Q4_KPair>;
-
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const quant::BlockQ4_K*>(src);
   for (int64_t b = 0; b < n / quant::kQKK; ++b) {
@@ -222,9 +192,6 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kPackedW = 4, kPackedX = 4;
-constexpr bool kPackedDecode = true;
-constexpr int kTileW = 4, kTileX = 4;
 constexpr int kLanesW = 16, kLanesX = 4;  // 16: chunks of whole grouped16 row groups
 
 }  // namespace

@@ -1,20 +1,13 @@
-// AVX-512 kernels of Q6_K weights with Q8_K activations (see blocks256.hpp).
-// Codes are used unsigned (0..63); the offset 32 is taken out once per super-block as
-// 32 * sum_j sc[j] * bsums[j].
+// AVX-512 kernels of Q6_K weights with Q8_K activations, in llama.cpp's summation
+// order (quant/lanes.hpp). Codes are used unsigned (0..63); the offset 32 goes
+// through 32 * (pair sums of the activation codes), per int32 lane as llama.cpp does.
 #include "cpu/kernels/avx512/lanes.hpp"
-#include "cpu/kernels/avx512/packed256.hpp"
+#include "cpu/kernels/avx512/blocks256.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
-
-struct WtQ6_K {
-  __m512i q[4];   // codes of values 64c .. 64c + 63
-  __m512i sc[4];  // 16-bit scales: 128-bit lane k of sc[c] holds sc[4c + k] (8 code pairs)
-  __m512 offset;  // 32 * d * sc[j]: the code offset's share of each sub-block
-  float d;
-};
 
 // Codes of one half (128 values) of a super-block: layout in lib/quant/blocks.hpp.
 inline void unpack_half(const std::byte* ql, const std::byte* qh, __m512i& first, __m512i& second) {
@@ -174,81 +167,6 @@ void dot_tile_q6(const void* weights, size_t w_row_bytes, int n_w, const void* a
                                                     out_stride, n);
 }
 
-struct Step {
-  static constexpr int kStep = quant::kQKK;
-  using Act = ActQ8_K;
-  using Wt = WtQ6_K;
-  using Acc = __m512;
-  static Acc zero() { return _mm512_setzero_ps(); }
-  static Act load_act(const std::byte* a, int64_t s) { return ActQ8_K::load(a, s); }
-  static Wt load_w(const std::byte* row, int64_t s) {
-    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ6_K);
-    Wt w;
-    w.d = _cvtsh_ss(load_u16(b + offsetof(quant::BlockQ6_K, d)));
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(quant::BlockQ6_K, scales)));
-    const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
-    for (int c = 0; c < 4; ++c) w.sc[c] = chunk_scales(sc, c);
-    w.offset = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)), _mm512_set1_ps(32.0f * w.d));
-    const std::byte* ql = b + offsetof(quant::BlockQ6_K, ql);
-    const std::byte* qh = b + offsetof(quant::BlockQ6_K, qh);
-    unpack_half(ql, qh, w.q[0], w.q[1]);
-    unpack_half(ql + 64, qh + 32, w.q[2], w.q[3]);
-    return w;
-  }
-  // acc += d_w * d_a * sum(sc * q * a) - sum_j (32 * d_w * sc[j]) * (d_a * bsums[j]).
-  static void madd(Acc& acc, const Wt& w, const Act& a) {
-    __m512i sum = _mm512_setzero_si512();
-    for (int c = 0; c < 4; ++c) sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(w.q[c], a.codes(c)), w.sc[c]);
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(w.d * a.d), _mm512_cvtepi32_ps(sum), acc);
-    acc = _mm512_fnmadd_ps(w.offset, a.bsums, acc);
-  }
-  static float reduce(const Acc& acc) { return hsum(acc); }
-  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
-};
-
-// Prefill path: one super-block per step, one sub-block of 16 per lane (packed256.hpp).
-struct WtQ6_KPacked {
-  __m512i q[4];   // register k: codes 4k .. 4k + 3 of sub-block block_of_lane(L)
-  __m512 scale;   // d * sc of the lane's sub-block
-  __m512 offset;  // 32 * d * sc: the code offset, applied through the activation sums
-};
-
-struct PackedQ6Step {
-  static constexpr int kStep = quant::kQKK;
-  using Act = const std::byte*;
-  using Wt = WtQ6_KPacked;
-  using Acc = __m512;
-  static size_t weight_bytes(int64_t values) { return size_t(values / quant::kQKK) * sizeof(quant::BlockQ6_K); }
-  static size_t packed_bytes(int64_t values) { return size_t(values / quant::kQKK) * kQ6Bytes; }
-  static Acc zero() { return _mm512_setzero_ps(); }
-  static Act load_act(const std::byte* a, int64_t s) { return a + size_t(s) * kQ6Bytes; }
-  static Wt load_w(const std::byte* row, int64_t s) {
-    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ6_K);
-    Wt w;
-    __m512i values[4];  // value order: 128-bit lane i of values[c] is sub-block 4c + i
-    const std::byte* ql = b + offsetof(quant::BlockQ6_K, ql);
-    const std::byte* qh = b + offsetof(quant::BlockQ6_K, qh);
-    unpack_half(ql, qh, values[0], values[1]);
-    unpack_half(ql + 64, qh + 32, values[2], values[3]);
-    transpose_chunks(values, w.q);
-    const __m128i lane_order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m128i sc = _mm_shuffle_epi8(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(quant::BlockQ6_K, scales))), lane_order);
-    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
-                            _mm512_set1_ps(_cvtsh_ss(load_u16(b + offsetof(quant::BlockQ6_K, d)))));
-    w.offset = _mm512_mul_ps(w.scale, _mm512_set1_ps(32.0f));
-    return w;
-  }
-  static void madd(Acc& acc, const Wt& w, const Act& a) {
-    __m512i sum = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k) sum = _mm512_dpbusd_epi32(sum, w.q[k], _mm512_loadu_si512(a + 64 * k));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w.scale, _mm512_loadu_ps(a + 256)), acc);
-    acc = _mm512_fnmadd_ps(w.offset, _mm512_loadu_ps(a + 320), acc);
-  }
-  static float reduce(const Acc& acc) { return hsum(acc); }
-  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
-};
-
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQKK; ++b, p += sizeof(quant::BlockQ6_K)) {
@@ -269,9 +187,6 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kPackedW = 2, kPackedX = 8;
-constexpr bool kPackedDecode = true;
-constexpr int kTileW = 4, kTileX = 3;
 constexpr int kLanesW = 2, kLanesX = 8;
 
 }  // namespace

@@ -1,26 +1,12 @@
-// AVX-512 kernels of Q8_0 weights (x = d * q, signed q) with Q8_0 activations.
-// vpdpbusd needs an unsigned operand: weight codes are shifted to q + 128 and the
-// activation side subtracts 128 * sum(a).
+// AVX-512 kernels of Q8_0 weights (x = d * q, signed q) with Q8_0 activations, in
+// llama.cpp's summation order (lanes.hpp). vpdpbusd needs an unsigned operand: weight
+// codes are shifted to q + 128 and the activation side subtracts 128 * sum(a).
 #include "cpu/kernels/avx512/lanes.hpp"
-#include "cpu/kernels/avx512/packed32.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
-
-struct Q8_0 {
-  static constexpr int kOffset = 128;
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
-  static WtCodes load(const std::byte* row, int64_t s) {
-    const std::byte* b0 = row + size_t(s) * 2 * kBlockBytes;
-    const std::byte* b1 = b0 + kBlockBytes;
-    const __m512i q = _mm512_xor_si512(load_split(b0 + 2, b1 + 2), _mm512_set1_epi8(char(0x80)));
-    return {q, fp16_pair(load_u16(b0), load_u16(b1))};
-  }
-  static float ref_dot(const void* w, const void* a, int64_t n) { return quant::ref::dot_q8_0(w, a, n); }
-};
-using Step = StepQ8_0<Q8_0>;
 
 // llama.cpp's order (quant/lanes.hpp): one block per step, eight float lanes.
 struct Q8_0Lanes {
@@ -34,24 +20,9 @@ struct Q8_0Lanes {
 };
 using StepLanes = StepLanes32<Q8_0Lanes>;
 
-// Prefill path: 16 blocks per step (packed32.hpp).
-struct Q8_0Group {
-  static constexpr bool kMin = false;
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
-  static WtGroup load_group(const std::byte* g) {
-    WtGroup w;
-    load_transposed(g + 2, kBlockBytes, w.q);
-    load_transposed(g + 18, kBlockBytes, w.q + 4);
-    for (__m512i& q : w.q) q = _mm512_xor_si512(q, _mm512_set1_epi8(char(0x80)));
-    w.d = gather_fp16(g, kBlockBytes);
-    return w;
-  }
-};
-using Packed = PackedStep<Q8_0Group>;
-
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
-  for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q8_0::kBlockBytes) {
+  for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q8_0Lanes::kBlockBytes) {
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(p)));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
     _mm512_storeu_ps(dst + b * quant::kQK, _mm512_mul_ps(d, i8_to_f32(_mm256_castsi256_si128(q))));
@@ -59,9 +30,6 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kPackedW = 4, kPackedX = 4;
-constexpr bool kPackedDecode = true;
-constexpr int kTileW = 4, kTileX = 4;
 constexpr int kLanesW = 4, kLanesX = 8;
 
 }  // namespace
