@@ -70,18 +70,23 @@ struct WtKOffset {
 // Sub-block of each half of register k (see WtKOffset::q).
 constexpr int kSubBlock[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
 
-inline void load_k_offset_scales(const std::byte* block, WtKOffset& w) {
-  w.d = _cvtsh_ss(load_u16(block));
-  const float dmin = _cvtsh_ss(load_u16(block + 2));
-  const KScales8 s = unpack_scales(block + 4);
+// The 16-bit scales of registers k = 0..3 (see WtKOffset::sc).
+inline void k_scale_words(const KScales8& s, __m512i* sc) {
   // The 8 scales as words, in every 128-bit lane; a byte shuffle per register
   // broadcasts the right one over each 256-bit half.
   const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(s.sc))));
   for (int k = 0; k < 4; ++k) {
     const short lo = short(0x0100 + 0x0202 * kSubBlock[k][0]), hi = short(0x0100 + 0x0202 * kSubBlock[k][1]);
     const __m512i index = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(lo)), _mm256_set1_epi16(hi), 1);
-    w.sc[k] = _mm512_shuffle_epi8(sc16, index);
+    sc[k] = _mm512_shuffle_epi8(sc16, index);
   }
+}
+
+inline void load_k_offset_scales(const std::byte* block, WtKOffset& w) {
+  w.d = _cvtsh_ss(load_u16(block));
+  const float dmin = _cvtsh_ss(load_u16(block + 2));
+  const KScales8 s = unpack_scales(block + 4);
+  k_scale_words(s, w.sc);
   const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(s.mn))));
   w.mins = _mm512_zextps256_ps512(_mm256_mul_ps(mn, _mm256_set1_ps(dmin)));
 }

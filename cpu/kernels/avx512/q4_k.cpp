@@ -49,13 +49,12 @@ struct StepLanesQ4K {
   static Act load_act(const std::byte* a, int64_t s) { return Act::load(a, s); }
   static Wt load_w(const std::byte* row, int64_t s) {
     const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ4_K);
-    WtKOffset k;
-    load_k_offset_scales(b, k);
     Wt w;
-    for (int i = 0; i < 4; ++i) w.sc[i] = k.sc[i];
-    w.d = k.d;
+    w.d = _cvtsh_ss(load_u16(b));
     w.dmin = _cvtsh_ss(load_u16(b + 2));
-    w.mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(unpack_scales(b + 4).mn)));
+    const KScales8 k = unpack_scales(b + 4);
+    k_scale_words(k, w.sc);
+    w.mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(k.mn)));
     const std::byte* qs = b + offsetof(quant::BlockQ4_K, qs);
     load_nibbles(qs, w.q[0], w.q[1]);
     load_nibbles(qs + 64, w.q[2], w.q[3]);
