@@ -30,8 +30,10 @@ enum class Device {
 struct ModelOptions {
   // Backend for weights and compute. Default cpu.
   Device backend = Device::cpu;
-  // Worker threads per session, the calling thread included. Default 0 = all
-  // hardware threads; range [0, 1024]. ember starts no other threads.
+  // Threads of the model's one thread pool, the calling thread included, shared by
+  // every session and engine of the model (started with the first of them).
+  // Default 0 = all hardware threads; range [0, 1024]. ember starts no other
+  // threads, except the one Engine::start() asks for.
   int threads = 0;
   // Map the file instead of reading it into memory. Default true.
   bool use_mmap = true;
@@ -102,7 +104,8 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   // storage does not fit the head size, or the model has no weights).
   size_t kv_bytes_per_token(KVStorage storage, int32_t group_size = 32) const;
 
-  // A new session (its own KV cache and threads) on this model.
+  // A new session on this model: one sequence in the model's shared KV cache, run
+  // by the model's executor.
   std::unique_ptr<Session> new_session(const SessionOptions& options) const;
   std::unique_ptr<Session> new_session() const;
 

@@ -1,13 +1,17 @@
-// ember::Session: one sequence of tokens on a model, with its own KV cache.
+// ember::Session: one sequence of tokens on a model.
 //
-// A session belongs to one thread at a time; cancel() is the one call that may
-// come from another thread. Failures throw ember::Error and leave the session as
-// it was before the call; expected outcomes (a stop token, the callback asking to
-// stop, cancellation, max_tokens) are reported in the result.
+// A session is a handle to one sequence on the model's executor: all sessions of
+// a model share its thread pool (ModelOptions::threads) and its paged KV cache;
+// each has its own tokens, budget and eviction policy. A session belongs to one
+// thread at a time; cancel() is the one call that may come from another thread.
+// Failures throw ember::Error and leave the session as it was before the call;
+// expected outcomes (the cache is full, cancellation, a stop token, the callback
+// asking to stop, max_tokens) are return values.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,9 +31,18 @@ struct SessionOptions {
   // Most prompt tokens evaluated in one forward pass; longer prompts are split.
   // Also the granularity of cancellation during prefill. Default 512; range [1, 65536].
   int32_t prefill_chunk_size = 512;
-  // Worker threads, the calling thread included. Default 0 = the model's setting; range [0, 1024].
+  // Not used: every session runs on its model's executor with ModelOptions::threads
+  // threads. Kept so that existing code compiles; range [0, 1024].
   int threads = 0;
 };
+
+// How prefill(), decode() and evaluate() ended.
+enum class Outcome {
+  ok,          // every token was evaluated
+  cancelled,   // cancel() stopped the call; the chunks evaluated before it stay
+  cache_full,  // the tokens do not fit the context or the KV pool; nothing was added
+};
+EMBER_API const char* to_string(Outcome outcome) noexcept;
 
 // What a streaming callback returns.
 enum class Control { proceed, stop };
@@ -39,6 +52,13 @@ inline constexpr Control Stop = Control::stop;
 // Receives each piece of generated text as soon as it is complete UTF-8 (and not
 // possibly the start of a stop string). Returning Stop ends generation.
 using TokenCallback = std::function<Control(std::string_view piece)>;
+
+// One generated token as an Engine request's callback sees it.
+struct TokenEvent {
+  int32_t token = -1;      // the token id; -1 for text released at the end of generation
+  std::string_view text;   // text released with it (complete UTF-8; may be empty)
+  float logprob = std::numeric_limits<float>::quiet_NaN();  // log p(token), when asked for
+};
 
 struct GenerateOptions {
   // Most tokens to generate. Default 256; range [0, 1 << 24].
@@ -95,24 +115,27 @@ class EMBER_API Session {
   const SessionOptions& options() const;
 
   // Appends tokens to the context, evaluating them in chunks of prefill_chunk_size.
-  // Returns false if cancelled: the chunks evaluated before the cancellation stay.
-  // Throws invalid_argument (bad token id) or cache_full (no room) and then adds nothing.
-  bool prefill(std::span<const int32_t> tokens);
+  // Returns cancelled when cancel() stopped it (the chunks evaluated before stay)
+  // and cache_full when the tokens do not fit (nothing added). Throws
+  // invalid_argument for a bad token id, adding nothing.
+  Outcome prefill(std::span<const int32_t> tokens);
   // Tokenizes `text` (BOS if the session is empty and add_bos) and prefills it.
-  bool prefill(std::string_view text, bool add_bos = true, bool parse_special = true);
+  Outcome prefill(std::string_view text, bool add_bos = true, bool parse_special = true);
   // Appends one token and evaluates it (one decode step).
-  void decode(int32_t token);
+  Outcome decode(int32_t token);
   // Next-token logits after the last token of the context [n_vocab]; empty before any token.
   std::span<const float> logits() const;
 
   // Evaluates `tokens` after the current context and returns the logits of every one
-  // of them, [tokens.size()][n_vocab] row-major (for scoring short texts).
+  // of them, [tokens.size()][n_vocab] row-major (for scoring short texts); empty when
+  // the call did not finish (use the overload below to tell cancelled from cache_full).
   std::vector<float> evaluate(std::span<const int32_t> tokens);
   // As above, handing each row to `on_logits(index into tokens, row [n_vocab])` as soon
   // as it is computed, so long texts need no [n_tokens][n_vocab] buffer (perplexity).
-  // Returns false if cancelled.
+  // on_logits runs while the model's executor is locked: it may read sessions'
+  // state but must not evaluate (prefill, decode, generate) on the same model.
   using LogitsCallback = std::function<void(size_t index, std::span<const float> logits)>;
-  bool evaluate(std::span<const int32_t> tokens, const LogitsCallback& on_logits);
+  Outcome evaluate(std::span<const int32_t> tokens, const LogitsCallback& on_logits);
 
   // Prefills `prompt` then samples up to max_tokens tokens, streaming each piece to
   // `on_piece`. The prompt may be empty to continue from the current context.
@@ -121,8 +144,10 @@ class EMBER_API Session {
   GenerateResult generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options = {},
                           const TokenCallback& on_piece = {});
 
-  // Asks a running prefill/generate to stop; it takes effect within one prefill chunk
-  // or one token. Safe from any thread. Cleared when the next call starts.
+  // Asks a running prefill/decode/evaluate/generate to stop; it takes effect within
+  // one prefill chunk or one token. Safe from any thread. A cancel() is never lost:
+  // when no call is running, the next call returns cancelled at once (evaluating
+  // nothing). The call that reports cancelled consumes it.
   void cancel() noexcept;
 
   // Keeps the first `n_tokens` tokens of the context and forgets the rest, freeing
@@ -137,7 +162,7 @@ class EMBER_API Session {
   int32_t capacity() const;                    // most tokens the context can hold (none eviction)
 
   // A new session with this one's context, sharing its cache pages copy-on-write: the
-  // fork's first token needs no recomputation of the prefix. Same options.
+  // fork's first token needs no recomputation of the prefix. Same options and policy.
   std::unique_ptr<Session> fork() const;
 
   // The whole state (tokens, logits, cache contents) as a versioned blob, and back.

@@ -76,7 +76,29 @@ KVCache::KVCache(backend::Backend& backend, const CacheConfig& config)
 }
 
 KVCache::~KVCache() {
+  while (!snapshots_.empty()) drop_snapshot(snapshots_.begin()->first);
   for (auto& [id, s] : sequences_) release_all(s);
+}
+
+void KVCache::validate_policy(const SeqPolicy& p) const {
+  require(p.max_tokens > 0, "KV cache: the token budget (max_seq_tokens) must be > 0, got {}", p.max_tokens);
+  const EvictionConfig& e = p.eviction;
+  switch (e.policy) {
+    case Eviction::none: break;
+    case Eviction::streaming:
+      require(e.sinks >= 0, "KV cache: StreamingLLM sinks must be >= 0, got {}", e.sinks);
+      require(p.max_tokens > e.sinks,
+              "KV cache: the StreamingLLM window must be larger than the sinks (budget {} with {} sinks)",
+              p.max_tokens, e.sinks);
+      break;
+    case Eviction::h2o:
+      require(e.heavy >= 0 && e.recent >= 1, "KV cache: H2O needs heavy >= 0 and recent >= 1 (got {} and {})",
+              e.heavy, e.recent);
+      require(int64_t(e.heavy) + e.recent == p.max_tokens, "KV cache: H2O budget {} is not heavy {} + recent {}",
+              p.max_tokens, e.heavy, e.recent);
+      break;
+    default: fail(ErrorCode::invalid_argument, "KV cache: unknown eviction policy {}", int(e.policy));
+  }
 }
 
 void KVCache::validate_config() const {
@@ -86,23 +108,33 @@ void KVCache::validate_config() const {
   require(c.layer_window.empty() || int(c.layer_window.size()) == c.n_layer,
           "KV cache: {} layer windows for {} layers", c.layer_window.size(), c.n_layer);
   for (int32_t w : c.layer_window) require(w >= 0, "KV cache: a sliding window must be >= 0, got {}", w);
-  require(c.max_seq_tokens > 0, "KV cache: the token budget (max_seq_tokens) must be > 0, got {}", c.max_seq_tokens);
-  const EvictionConfig& e = c.eviction;
-  switch (e.policy) {
-    case Eviction::none: break;
-    case Eviction::streaming:
-      require(e.sinks >= 0, "KV cache: StreamingLLM sinks must be >= 0, got {}", e.sinks);
-      require(c.max_seq_tokens > e.sinks,
-              "KV cache: the StreamingLLM window must be larger than the sinks (budget {} with {} sinks)",
-              c.max_seq_tokens, e.sinks);
-      break;
-    case Eviction::h2o:
-      require(e.heavy >= 0 && e.recent >= 1, "KV cache: H2O needs heavy >= 0 and recent >= 1 (got {} and {})",
-              e.heavy, e.recent);
-      require(int64_t(e.heavy) + e.recent == c.max_seq_tokens, "KV cache: H2O budget {} is not heavy {} + recent {}",
-              c.max_seq_tokens, e.heavy, e.recent);
-      break;
+  validate_policy({c.max_seq_tokens, c.eviction});
+}
+
+void KVCache::set_policy(int32_t seq, const SeqPolicy& policy) {
+  require(seq >= 0, "sequence id must be >= 0, got {}", seq);
+  validate_policy(policy);
+  policies_[seq] = policy;
+}
+
+void KVCache::erase_policy(int32_t seq) { policies_.erase(seq); }
+
+SeqPolicy KVCache::policy(int32_t seq) const {
+  auto it = policies_.find(seq);
+  return it != policies_.end() ? it->second : SeqPolicy{config_.max_seq_tokens, config_.eviction};
+}
+
+int64_t KVCache::pages_needed(int32_t seq, int32_t n_new) const {
+  const int32_t pt = page_tokens();
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return int64_t(config_.n_layer) * ((int64_t(n_new) + pt - 1) / pt);
+  int64_t pages = 0;
+  for (const Layer& l : it->second.layers) {
+    const auto cells = int64_t(l.pos.size());
+    pages += std::max<int64_t>(0, (cells + n_new + pt - 1) / pt - int64_t(l.pages.size()));
+    if (cells % pt != 0 && pool_->refcount(l.pages.back()) > 1) ++pages;  // copy on write
   }
+  return pages;
 }
 
 int32_t KVCache::n_cells(int32_t seq) const {
@@ -153,9 +185,14 @@ void KVCache::copy_pool_rows(std::span<const int32_t> from, std::span<const int3
 }
 
 // Copy on write: gives the layer its own copy of a page others also hold.
-void KVCache::make_writable(Layer& l, size_t page_index) {
+void KVCache::make_writable(Layer& l, size_t page_index, bool appending) {
   const int32_t page = l.pages[page_index];
-  if (pool_->refcount(page) <= 1) return;
+  int32_t holders = pool_->refcount(page);
+  if (appending) {
+    auto held = snapshot_refs_.find(page);
+    if (held != snapshot_refs_.end()) holders -= held->second;
+  }
+  if (holders <= 1) return;
   const int32_t fresh = pool_->acquire(1)[0];
   const int32_t pt = page_tokens();
   std::vector<int32_t> from(static_cast<size_t>(pt)), to(static_cast<size_t>(pt));
@@ -248,9 +285,9 @@ void KVCache::compact(Layer& l) {
   }
 }
 
-void KVCache::evict_streaming(Sequence& s, int layer, int32_t n_drop) {
+void KVCache::evict_streaming(Sequence& s, const SeqPolicy& p, int layer, int32_t n_drop) {
   Layer& l = s.layers[size_t(layer)];
-  const int32_t sinks = config_.eviction.sinks;
+  const int32_t sinks = p.eviction.sinks;
   // The sinks are the first `sinks` live cells (cells keep their order in this mode).
   std::vector<int32_t> sink_cells;
   size_t c = 0;
@@ -306,13 +343,13 @@ void KVCache::evict_streaming(Sequence& s, int layer, int32_t n_drop) {
   }
 }
 
-void KVCache::evict_h2o(Layer& l, int32_t n_new, int32_t n_drop) {
+void KVCache::evict_h2o(Layer& l, const SeqPolicy& p, int32_t n_new, int32_t n_drop) {
   // The most recent (recent - n_new) live tokens are protected.
   std::vector<int32_t> live;
   for (size_t c = 0; c < l.pos.size(); ++c)
     if (l.pos[c] >= 0) live.push_back(int32_t(c));
   std::sort(live.begin(), live.end(), [&](int32_t a, int32_t b) { return l.idx[size_t(a)] < l.idx[size_t(b)]; });
-  const int32_t protect = std::max(0, config_.eviction.recent - n_new);
+  const int32_t protect = std::max(0, p.eviction.recent - n_new);
   const int64_t n_candidates = std::max<int64_t>(0, int64_t(live.size()) - protect);
   if (n_candidates < n_drop)
     fail(ErrorCode::cache_full, "KV cache full: H2O cannot free {} cells ({} outside the recent window)", n_drop,
@@ -330,24 +367,64 @@ void KVCache::evict_h2o(Layer& l, int32_t n_new, int32_t n_drop) {
   compact(l);
 }
 
-void KVCache::evict(Sequence& s, int layer, int32_t n_new) {
+void KVCache::evict(Sequence& s, const SeqPolicy& p, int layer, int32_t n_new) {
   Layer& l = s.layers[size_t(layer)];
-  const int64_t over = int64_t(l.live) + n_new - config_.max_seq_tokens;
+  const int64_t over = int64_t(l.live) + n_new - p.max_tokens;
   if (over <= 0) return;
-  switch (config_.eviction.policy) {
+  switch (p.eviction.policy) {
     case Eviction::none:
       fail(ErrorCode::cache_full, "KV cache full: the sequence holds {} tokens, {} more exceed its budget of {}",
-           l.live, n_new, config_.max_seq_tokens);
+           l.live, n_new, p.max_tokens);
     case Eviction::streaming:
-      if (int64_t(n_new) > int64_t(config_.max_seq_tokens) - config_.eviction.sinks)
+      if (int64_t(n_new) > int64_t(p.max_tokens) - p.eviction.sinks)
         fail(ErrorCode::cache_full, "KV cache full: {} new tokens do not fit a StreamingLLM window of {}", n_new,
-             config_.max_seq_tokens - config_.eviction.sinks);
-      evict_streaming(s, layer, int32_t(over));
+             p.max_tokens - p.eviction.sinks);
+      evict_streaming(s, p, layer, int32_t(over));
       break;
     case Eviction::h2o:
-      evict_h2o(l, n_new, int32_t(over));
+      evict_h2o(l, p, n_new, int32_t(over));
       break;
   }
+}
+
+// ---- step transactions ----
+
+// True when placing `n_new` tokens from `first_new_pos` on would drop or move cells.
+bool KVCache::will_drop(const Sequence& s, const SeqPolicy& p, int32_t n_new, int32_t first_new_pos) const {
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    const Layer& l = s.layers[size_t(layer)];
+    if (int64_t(l.live) + n_new > p.max_tokens) return true;
+    const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
+    if (w > 0)
+      for (int32_t pos : l.pos)
+        if (pos >= 0 && first_new_pos - pos >= w) return true;
+  }
+  return false;
+}
+
+void KVCache::take_snapshot(int32_t seq, const Sequence& s) {
+  if (snapshots_.count(seq)) return;
+  for (const Layer& l : s.layers)
+    for (int32_t p : l.pages) {
+      pool_->retain(p);
+      ++snapshot_refs_[p];
+    }
+  snapshots_.emplace(seq, s);
+}
+
+void KVCache::drop_snapshot(int32_t seq) {
+  auto it = snapshots_.find(seq);
+  if (it == snapshots_.end()) return;
+  for (const Layer& l : it->second.layers)
+    for (int32_t p : l.pages) {
+      if (--snapshot_refs_[p] == 0) snapshot_refs_.erase(p);
+      pool_->release(p);
+    }
+  snapshots_.erase(it);
+}
+
+void KVCache::commit(const Placement& placement) {
+  for (const auto& [seq, first] : placement.first_idx) drop_snapshot(seq);
 }
 
 // ---- placing ----
@@ -360,63 +437,74 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
     new_pos[r.seq].push_back(r.pos);
   }
   const int32_t pt = page_tokens();
+  // A new step of a sequence ends its previous one.
+  for (const auto& [seq, list] : new_pos) drop_snapshot(seq);
   // Budget check first (policy none), so that a batch that does not fit changes nothing.
-  if (config_.eviction.policy == Eviction::none) {
-    for (const auto& [seq, list] : new_pos) {
-      auto it = sequences_.find(seq);
-      if (it == sequences_.end()) {
-        if (int64_t(list.size()) > config_.max_seq_tokens)
-          fail(ErrorCode::cache_full, "KV cache full: {} tokens exceed the sequence budget of {}", list.size(),
-               config_.max_seq_tokens);
-        continue;
-      }
-      for (int layer = 0; layer < config_.n_layer; ++layer) {
-        const Layer& l = it->second.layers[size_t(layer)];
-        const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
-        int32_t live = l.live;
-        if (w > 0) {
-          const int32_t first = *std::min_element(list.begin(), list.end());
-          for (int32_t p : l.pos)
-            if (p >= 0 && first - p >= w) --live;
-        }
-        if (int64_t(live) + int64_t(list.size()) > config_.max_seq_tokens)
-          fail(ErrorCode::cache_full, "KV cache full: sequence {} holds {} tokens, {} more exceed its budget of {}",
-               seq, live, list.size(), config_.max_seq_tokens);
-      }
-    }
-  }
-  // Make room: sliding windows, then the eviction policy.
-  int64_t pages_needed = 0;
   for (const auto& [seq, list] : new_pos) {
-    auto [it, inserted] = sequences_.try_emplace(seq);
-    Sequence& s = it->second;
-    if (inserted) {
-      s.layers.resize(size_t(config_.n_layer));
-      s.sink_keys.resize(size_t(config_.n_layer));
-      s.sink_orig_pos.resize(size_t(config_.n_layer));
+    const SeqPolicy p = policy(seq);
+    if (p.eviction.policy != Eviction::none) continue;
+    auto it = sequences_.find(seq);
+    if (it == sequences_.end()) {
+      if (int64_t(list.size()) > p.max_tokens)
+        fail(ErrorCode::cache_full, "KV cache full: {} tokens exceed the sequence budget of {}", list.size(),
+             p.max_tokens);
+      continue;
     }
-    const auto n = int32_t(list.size());
-    const int32_t first = *std::min_element(list.begin(), list.end());
     for (int layer = 0; layer < config_.n_layer; ++layer) {
-      Layer& l = s.layers[size_t(layer)];
+      const Layer& l = it->second.layers[size_t(layer)];
       const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
-      free_window(l, w, first);
-      evict(s, layer, n);
-      const auto cells = int64_t(l.pos.size());
-      const int64_t want = (cells + n + pt - 1) / pt;
-      pages_needed += std::max<int64_t>(0, want - int64_t(l.pages.size()));
-      if (cells % pt != 0 && pool_->refcount(l.pages.back()) > 1) ++pages_needed;  // copy on write
+      int32_t live = l.live;
+      if (w > 0) {
+        const int32_t first = *std::min_element(list.begin(), list.end());
+        for (int32_t pos : l.pos)
+          if (pos >= 0 && first - pos >= w) --live;
+      }
+      if (int64_t(live) + int64_t(list.size()) > p.max_tokens)
+        fail(ErrorCode::cache_full, "KV cache full: sequence {} holds {} tokens, {} more exceed its budget of {}",
+             seq, live, list.size(), p.max_tokens);
     }
   }
-  // Fail before changing anything when the pool is short.
-  if (pages_needed > pool_->stats().pages_free)
-    fail(ErrorCode::cache_full, "KV cache full: the batch needs {} more pages of {} tokens, {} are free", pages_needed,
-         pt, pool_->stats().pages_free);
 
   Placement placement;
   placement.slots.assign(size_t(config_.n_layer), {});
-  for (const auto& [seq, list] : new_pos) placement.first_idx.emplace_back(seq, sequences_[seq].next_idx);
+  for (const auto& [seq, list] : new_pos) placement.first_idx.emplace_back(seq, next_index(seq));
   try {
+    // Make room: sliding windows, then the eviction policy; a snapshot first, so
+    // that a failure (here or in the forward pass) restores what was dropped.
+    int64_t pages_needed = 0;
+    for (const auto& [seq, list] : new_pos) {
+      const SeqPolicy p = policy(seq);
+      auto [it, inserted] = sequences_.try_emplace(seq);
+      Sequence& s = it->second;
+      if (inserted) {
+        s.layers.resize(size_t(config_.n_layer));
+        s.sink_keys.resize(size_t(config_.n_layer));
+        s.sink_orig_pos.resize(size_t(config_.n_layer));
+      }
+      const auto n = int32_t(list.size());
+      const int32_t first = *std::min_element(list.begin(), list.end());
+      if (!inserted && will_drop(s, p, n, first)) take_snapshot(seq, s);
+      for (int layer = 0; layer < config_.n_layer; ++layer) {
+        Layer& l = s.layers[size_t(layer)];
+        const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
+        free_window(l, w, first);
+        evict(s, p, layer, n);
+        const auto cells = int64_t(l.pos.size());
+        const int64_t want = (cells + n + pt - 1) / pt;
+        pages_needed += std::max<int64_t>(0, want - int64_t(l.pages.size()));
+        if (cells % pt != 0) {
+          int32_t holders = pool_->refcount(l.pages.back());
+          auto held = snapshot_refs_.find(l.pages.back());
+          if (held != snapshot_refs_.end()) holders -= held->second;
+          if (holders > 1) ++pages_needed;  // copy on write
+        }
+      }
+    }
+    // Fail before adding anything when the pool is short.
+    if (pages_needed > pool_->stats().pages_free)
+      fail(ErrorCode::cache_full, "KV cache full: the batch needs {} more pages of {} tokens, {} are free",
+           pages_needed, pt, pool_->stats().pages_free);
+
     for (int layer = 0; layer < config_.n_layer; ++layer) {
       auto& out = placement.slots[size_t(layer)];
       out.reserve(requests.size());
@@ -427,7 +515,7 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
         if (cell % pt == 0) {
           l.pages.push_back(pool_->acquire(1)[0]);
         } else if (cell % pt != 0 && (cell - 1) / pt == int32_t(l.pages.size()) - 1) {
-          make_writable(l, l.pages.size() - 1);
+          make_writable(l, l.pages.size() - 1, /*appending=*/true);
         }
         l.idx.push_back(r.pos);
         l.pos.push_back(r.pos);
@@ -449,6 +537,18 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
 
 void KVCache::undo(const Placement& placement) {
   for (const auto& [seq, first] : placement.first_idx) {
+    auto snap = snapshots_.find(seq);
+    if (snap != snapshots_.end()) {
+      // The snapshot's page references pass back to the sequence.
+      for (const Layer& l : snap->second.layers)
+        for (int32_t p : l.pages)
+          if (--snapshot_refs_[p] == 0) snapshot_refs_.erase(p);
+      auto it = sequences_.find(seq);
+      if (it != sequences_.end()) release_all(it->second);
+      sequences_[seq] = std::move(snap->second);
+      snapshots_.erase(snap);
+      continue;
+    }
     auto it = sequences_.find(seq);
     if (it == sequences_.end()) continue;
     Sequence& s = it->second;
@@ -545,6 +645,8 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return n_tokens == 0;
   Sequence& s = it->second;
+  drop_snapshot(seq);
+  const SeqPolicy p = policy(seq);
   bool exact = true;
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     Layer& l = s.layers[size_t(layer)];
@@ -558,7 +660,7 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
     if (holes) compact(l);
     const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
     // What a query at n_tokens needs: everything before it, or its window.
-    const int32_t needed_from = config_.eviction.policy != Eviction::none ? n_tokens
+    const int32_t needed_from = p.eviction.policy != Eviction::none ? n_tokens
                                 : w > 0                                   ? std::max(0, n_tokens - w + 1)
                                                                           : 0;
     if (l.dropped_max >= needed_from) exact = false;
@@ -575,6 +677,7 @@ void KVCache::release_all(Sequence& s) {
 }
 
 void KVCache::remove(int32_t seq) {
+  drop_snapshot(seq);
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return;
   release_all(it->second);
@@ -723,7 +826,7 @@ void KVCache::check_invariants(std::map<int32_t, int32_t>* refs) const {
         if (l.idx[c] >= s.next_idx) fail(ErrorCode::internal, "sequence {} layer {}: token beyond next index", id, li);
       }
       if (live != l.live) fail(ErrorCode::internal, "sequence {} layer {}: live count {} != {}", id, li, l.live, live);
-      if (live > config_.max_seq_tokens)
+      if (live > policy(id).max_tokens)
         fail(ErrorCode::internal, "sequence {} layer {}: {} cells exceed the budget", id, li, live);
       std::set<int32_t> pages(l.pages.begin(), l.pages.end());
       if (pages.size() != l.pages.size()) fail(ErrorCode::internal, "sequence {} layer {}: a page twice", id, li);
@@ -733,6 +836,10 @@ void KVCache::check_invariants(std::map<int32_t, int32_t>* refs) const {
       }
     }
   }
+  if (refs)
+    for (const auto& [id, s] : snapshots_)
+      for (const Layer& l : s.layers)
+        for (int32_t p : l.pages) ++(*refs)[p];
 }
 
 }  // namespace ember::kv

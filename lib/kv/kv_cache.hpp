@@ -9,14 +9,20 @@
 // Empty cells (evicted, or freed by a sliding window) hold pos = -1.
 //
 // Layers drop cells on their own: a sliding-window layer frees the pages whose cells
-// no future query can see, and an eviction policy keeps a session's cache within its
-// budget (max_seq_tokens) per layer:
+// no future query can see, and each sequence's eviction policy keeps it within its
+// budget (SeqPolicy::max_tokens) per layer:
 //   none       a batch that does not fit throws cache_full and changes nothing
 //   streaming  keep the first `sinks` tokens and the most recent ones (StreamingLLM)
 //   h2o        keep the `heavy` tokens with the largest accumulated attention plus the
 //              `recent` most recent ones (H2O); the scores come from the attention op
 // The host holds the authoritative tables; the model uploads the part a forward pass
 // needs (layer_tables).
+//
+// Steps are transactions. place() starts one for each sequence it touches; before
+// it drops or moves anything of a sequence (window, eviction, sink moves) it keeps
+// a snapshot of that sequence's tables and holds its pages, so that undo() restores
+// the sequence exactly (rows a step rewrites in place are copied first). commit()
+// ends the step and lets the snapshot go; so does the next place() of the sequence.
 #pragma once
 
 #include <cstdint>
@@ -40,11 +46,18 @@ struct EvictionConfig {
   int32_t recent = 0;      // h2o: most recent tokens always kept
 };
 
+// What one sequence may hold and how it makes room.
+struct SeqPolicy {
+  int32_t max_tokens = 4096;  // budget: most cells the sequence holds in one layer
+  EvictionConfig eviction;
+};
+
 struct CacheConfig {
   int n_layer = 0;
   // Per layer: 0 for full attention, else the sliding window (cells outside it are
   // freed). Empty means 0 for every layer.
   std::vector<int32_t> layer_window;
+  // The policy of sequences that were given none with set_policy().
   int32_t max_seq_tokens = 4096;  // budget: most cells one sequence holds in one layer
   EvictionConfig eviction;
   // Used only by the constructor that makes its own pool:
@@ -104,12 +117,24 @@ class KVCache {
   std::vector<int32_t> sequences() const;
   SeqStats stats(int32_t seq) const;
 
+  // Budget and eviction of one sequence (kept until erase_policy, also while the
+  // sequence is empty). Throws invalid_argument for a bad policy.
+  void set_policy(int32_t seq, const SeqPolicy& policy);
+  void erase_policy(int32_t seq);
+  SeqPolicy policy(int32_t seq) const;
+  // Pages a sequence would need to take `n_new` more tokens now (before any
+  // eviction frees some): the admission check of a scheduler.
+  int64_t pages_needed(int32_t seq, int32_t n_new) const;
+
   // Makes room (sliding windows, eviction) and appends one cell per request, in order,
   // in every layer. Throws cache_full (budget or pool) or invalid_argument; then the
-  // cache holds what it held before, except that evictions needed for the batch stay.
+  // cache holds exactly what it held before.
   Placement place(std::span<const CellRequest> requests);
-  // Removes the cells a placement added (used when the forward pass that followed failed).
+  // Rolls the sequences of a placement back to where they were before place(): the
+  // cells it added go, and what it dropped or moved comes back.
   void undo(const Placement& placement);
+  // Ends the step of a placement: what it dropped is freed for good.
+  void commit(const Placement& placement);
   // Frees what the sliding-window layers of `seq` can no longer see from its next index
   // on (called after a forward pass, so that a long prompt does not keep its start).
   void trim_windows(int32_t seq);
@@ -124,6 +149,7 @@ class KVCache {
   void layer_tables(int layer, std::span<const int32_t> seqs, LayerTables& out) const;
 
   // H2O: adds attention received, [max_cells * n_head_kv] per row as layer_tables laid them out.
+  // Call it once the step's forward pass has succeeded, so that a rolled-back step adds nothing.
   void add_scores(int layer, std::span<const int32_t> seqs, int64_t max_cells, int n_head_kv,
                   std::span<const float> scores);
 
@@ -172,14 +198,20 @@ class KVCache {
   int32_t slot(const Layer& l, int32_t cell) const {
     return l.pages[size_t(cell / page_tokens())] * page_tokens() + cell % page_tokens();
   }
+  void validate_policy(const SeqPolicy& p) const;
   void validate_config() const;
+  bool will_drop(const Sequence& s, const SeqPolicy& p, int32_t n_new, int32_t first_new_pos) const;
+  void take_snapshot(int32_t seq, const Sequence& s);
+  void drop_snapshot(int32_t seq);
   void free_window(Layer& l, int32_t window, int32_t first_new_pos);
-  void evict(Sequence& s, int layer, int32_t n_new);
-  void evict_streaming(Sequence& s, int layer, int32_t n_drop);
-  void evict_h2o(Layer& l, int32_t n_new, int32_t n_drop);
+  void evict(Sequence& s, const SeqPolicy& p, int layer, int32_t n_new);
+  void evict_streaming(Sequence& s, const SeqPolicy& p, int layer, int32_t n_drop);
+  void evict_h2o(Layer& l, const SeqPolicy& p, int32_t n_new, int32_t n_drop);
   void compact(Layer& l);
   void drop_empty_pages(Layer& l);
-  void make_writable(Layer& l, size_t page_index);
+  // Copy on write. `appending`: the write goes to cells past every snapshot's end,
+  // so a page shared only with snapshots needs no copy.
+  void make_writable(Layer& l, size_t page_index, bool appending = false);
   void copy_pool_rows(std::span<const int32_t> from, std::span<const int32_t> to);
   void release_all(Sequence& s);
 
@@ -187,6 +219,11 @@ class KVCache {
   backend::Backend& be_;
   CacheConfig config_;
   std::map<int32_t, Sequence> sequences_;
+  std::map<int32_t, SeqPolicy> policies_;
+  // Open steps: the sequence as it was before place() dropped or moved anything,
+  // holding a reference to each of its pages; and how many snapshots hold each page.
+  std::map<int32_t, Sequence> snapshots_;
+  std::map<int32_t, int32_t> snapshot_refs_;
   std::unique_ptr<backend::Buffer> scratch_;  // row indices for copy_rows
 };
 

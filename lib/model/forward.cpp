@@ -146,11 +146,29 @@ size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, const
 
 bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, size_t first_index,
                         const LogitsSink& sink, const std::atomic<bool>* cancel) {
-  const auto n = int64_t(chunk.size());
   std::vector<kv::CellRequest> requests(chunk.size());
   for (size_t i = 0; i < chunk.size(); ++i) requests[i] = {chunk[i].seq, chunk[i].pos};
   const kv::Placement placement = cache.place(requests);
+  bool finished = false;
   try {
+    finished = compute(cache, chunk, placement, first_index, sink, cancel);
+  } catch (...) {
+    cache.undo(placement);
+    throw;
+  }
+  if (!finished) {
+    cache.undo(placement);
+    return false;
+  }
+  cache.commit(placement);
+  for (const auto& [seq, first] : placement.first_idx) cache.trim_windows(seq);
+  return true;
+}
+
+bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, const kv::Placement& placement,
+                      size_t first_index, const LogitsSink& sink, const std::atomic<bool>* cancel) {
+  const auto n = int64_t(chunk.size());
+  {
     // ---- host-side tables for this chunk ----
     std::map<int32_t, int32_t> seq_row;  // sequence id -> page-table row
     for (const BatchToken& t : chunk) seq_row.emplace(t.seq, 0);
@@ -175,7 +193,10 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       max_pages = std::max(max_pages, tables[size_t(il)].max_pages);
       max_cells = std::max(max_cells, tables[size_t(il)].max_cells);
     }
-    const bool h2o = cache.config().eviction.policy == kv::Eviction::h2o;
+    bool h2o = false;
+    for (int32_t seq : row_seqs) h2o = h2o || cache.policy(seq).eviction.policy == kv::Eviction::h2o;
+    // H2O scores of every layer, added to the cache only once all layers ran.
+    std::vector<std::vector<float>> layer_scores(h2o ? size_t(hp_.n_layer) : 0);
     const auto n_out = int64_t(out_rows.size());
     ensure_workspace(n, std::min<int64_t>(std::max<int64_t>(n_out, 1), kLogitsRowsPerPass), n_rows, max_pages,
                      max_cells, h2o);
@@ -213,10 +234,7 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
     if (hp_.arch->scale_embeddings) ops::scale(be_, x, std::sqrt(float(hp_.n_embd)), x);
 
     for (int il = 0; il < hp_.n_layer; ++il) {
-      if (cancel && cancel->load(std::memory_order_relaxed)) {
-        cache.undo(placement);
-        return false;
-      }
+      if (cancel && cancel->load(std::memory_order_relaxed)) return false;
       const LayerWeights& L = w_.layers[size_t(il)];
       const LayerParams& lp = hp_.layers[size_t(il)];
 
@@ -262,19 +280,15 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
       ap.seq_cells = t_cells;
       ap.cell_pos = t_cell_pos;
       Tensor t_scores;
-      std::vector<float> scores;
       if (h2o) {
         t_scores = backend::make_tensor(*ws.buffer, ws.score_acc.offset, DType::f32, n_rows,
                                         tab.max_cells * hp_.n_head_kv);
-        scores.assign(size_t(t_scores.rows * t_scores.cols), 0.0f);
-        be_.upload(t_scores, scores.data());
+        layer_scores[size_t(il)].assign(size_t(t_scores.rows * t_scores.cols), 0.0f);
+        be_.upload(t_scores, layer_scores[size_t(il)].data());
         ap.score_acc = t_scores;
       }
       ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
-      if (h2o) {
-        be_.download(t_scores, scores.data());
-        cache.add_scores(il, row_seqs, tab.max_cells, hp_.n_head_kv, scores);
-      }
+      if (h2o) be_.download(t_scores, layer_scores[size_t(il)].data());
 
       ops::matmul(be_, L.wo, attn, h);
       if (!L.bo.empty()) ops::add(be_, h, L.bo, h);
@@ -309,11 +323,9 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
              std::span<const float>(host_logits_.data() + r * hp_.n_vocab, size_t(hp_.n_vocab)));
     }
     be_.synchronize();
-  } catch (...) {
-    cache.undo(placement);
-    throw;
+    for (size_t il = 0; il < layer_scores.size(); ++il)
+      cache.add_scores(int(il), row_seqs, tables[il].max_cells, hp_.n_head_kv, layer_scores[il]);
   }
-  for (const auto& [seq, first] : placement.first_idx) cache.trim_windows(seq);
   return true;
 }
 

@@ -50,6 +50,14 @@ class Forward {
   size_t run(kv::KVCache& cache, std::span<const BatchToken> batch, std::vector<float>& logits,
              const std::atomic<bool>* cancel = nullptr);
 
+  // One step whose cells the caller placed (`placement` = cache.place() of exactly
+  // these entries, in this order) and whose transaction the caller ends: compute()
+  // neither undoes, commits nor trims. H2O scores are added only when every layer
+  // ran. Returns false when `cancel` became true (nothing of the step is visible
+  // in the cache then except the rows written into the placed cells).
+  bool compute(kv::KVCache& cache, std::span<const BatchToken> batch, const kv::Placement& placement,
+               size_t first_index, const LogitsSink& sink, const std::atomic<bool>* cancel);
+
   static constexpr int64_t kLogitsRowsPerPass = 32;
 
   // Checks that every token id is in [0, n_vocab) and every pos/seq >= 0.

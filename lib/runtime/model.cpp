@@ -163,6 +163,17 @@ std::shared_ptr<kv::Pool> Model::Impl::kv_pool(quant::DType storage) const {
   return pool;
 }
 
+runtime::Executor& Model::Impl::executor() const {
+  std::lock_guard lock(executor_mutex);
+  if (!executor_) {
+    if (!loaded) fail(ErrorCode::invalid_argument, "the model was loaded with vocab_only; it has no weights to run");
+    executor_ = std::make_unique<runtime::Executor>(*loaded, runtime::make_backend(options.backend, threads),
+                                                    [this](quant::DType storage) { return kv_pool(storage); });
+    logger.debug("executor: {} threads", threads);
+  }
+  return *executor_;
+}
+
 quant::DType runtime::kv_dtype(KVStorage storage, int32_t group_size) {
   if (storage == KVStorage::int8 || storage == KVStorage::int4)
     require(group_size == 32 || group_size == 64, "KVCacheOptions::group_size must be 32 or 64, got {}", group_size);

@@ -10,6 +10,7 @@
 #include "ember/model.hpp"
 #include "kv/page_pool.hpp"
 #include "model/loaded_model.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/logger.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -31,6 +32,12 @@ struct Model::Impl {
   std::shared_ptr<kv::Pool> kv_pool(quant::DType storage) const;
 
   const tok::Tokenizer& require_tokenizer() const;
+
+  // The executor every session and engine of this model runs on, made on first use
+  // (its thread pool starts then, not at load).
+  runtime::Executor& executor() const;
+  mutable std::mutex executor_mutex;
+  mutable std::unique_ptr<runtime::Executor> executor_;
 };
 
 namespace runtime {

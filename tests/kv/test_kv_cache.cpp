@@ -74,6 +74,7 @@ struct Harness {
         ops::kv_store(*be, src, value ? c.v() : c.k(), slots);
       }
     }
+    c.commit(p);
   }
 
   // Every live cell holds its token's rows (keys of moved sinks excepted: the model
@@ -347,4 +348,108 @@ TEST_CASE("bad cache configurations are typed errors", "[kv][errors]") {
   pc.storage = quant::DType::kv_q4_g32;
   pc.n_pages = 4;
   expect([&] { kv::Pool(*h.be, pc); }, "whole groups");
+}
+
+TEST_CASE("a rolled-back step leaves no trace: evictions, sink moves and windows come back", "[kv][transactions]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 200);
+  struct Case {
+    const char* name;
+    kv::CacheConfig config;
+  };
+  const Case cases[] = {{"streaming", config(kv::Eviction::streaming, 20, 2)},
+                        {"h2o", config(kv::Eviction::h2o, 16, 0, 6, 10)},
+                        {"window only", config(kv::Eviction::none, 100)}};
+  for (const Case& k : cases) {
+    INFO(k.name);
+    kv::KVCache c(h.pool, *h.be, k.config);
+    for (int i = 0; i < 15; ++i) h.append(c, 0, 2);  // past every budget and past layer 1's window
+    if (k.config.eviction.policy == kv::Eviction::h2o) {
+      kv::KVCache::LayerTables t;
+      const int32_t seqs[] = {0};
+      for (int layer = 0; layer < kLayers; ++layer) {
+        c.layer_tables(layer, seqs, t);
+        std::vector<float> s(size_t(t.max_cells));
+        for (size_t i = 0; i < s.size(); ++i) s[i] = float((i * 7) % 11);
+        c.add_scores(layer, seqs, t.max_cells, 1, s);
+      }
+    }
+    (void)c.take_sink_moves(0);
+    std::string before;
+    c.save(0, before);
+    const int32_t pages_before = h.pool->stats().pages_used;
+
+    // A step of 3 tokens that drops cells, then fails: undo restores everything.
+    std::vector<kv::CellRequest> req = {{0, 30}, {0, 31}, {0, 32}};
+    kv::Placement p = c.place(req);
+    CHECK(c.n_cells(0) == std::min<int32_t>(33, k.config.max_seq_tokens));
+    c.undo(p);
+    std::string after;
+    c.save(0, after);
+    CHECK(after == before);
+    CHECK(h.pool->stats().pages_used == pages_before);
+    h.check_rows(c, 0);
+    std::map<int32_t, int32_t> refs;
+    c.check_invariants(&refs);
+    CHECK(int32_t(refs.size()) == h.pool->stats().pages_used);
+
+    // The same step committed drops for good, and the snapshot's pages are freed.
+    p = c.place(req);
+    c.commit(p);
+    std::string committed;
+    c.save(0, committed);
+    CHECK(committed != before);
+    refs.clear();
+    c.check_invariants(&refs);
+    CHECK(int32_t(refs.size()) == h.pool->stats().pages_used);
+  }
+  CHECK(h.pool->stats().pages_used == 0);
+}
+
+TEST_CASE("a step that runs out of pool pages after evicting changes nothing", "[kv][transactions]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 24);
+  kv::KVCache c(h.pool, *h.be, config(kv::Eviction::streaming, 12, 2));
+  for (int i = 0; i < 8; ++i) h.append(c, 0, 2);
+  std::string before;
+  c.save(0, before);
+  // Another sequence takes every free page; the next step of seq 0 needs a new page.
+  kv::KVCache other(h.pool, *h.be, config(kv::Eviction::none, 100));
+  try {
+    for (;;) h.append(other, 5, 4);
+  } catch (const Error& e) {
+    REQUIRE(e.code() == ErrorCode::cache_full);
+  }
+  REQUIRE(h.pool->stats().pages_free < kLayers);
+  std::vector<kv::CellRequest> req;
+  for (int32_t i = 0; i < 5; ++i) req.push_back({0, 16 + i});
+  test::expect_error([&] { c.place(req); }, ErrorCode::cache_full, "pages");
+  std::string after;
+  c.save(0, after);
+  CHECK(after == before);
+}
+
+TEST_CASE("sequences of one cache keep their own budget and eviction policy", "[kv]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 200);
+  kv::KVCache c(h.pool, *h.be, config(kv::Eviction::none, 40));
+  c.set_policy(1, {20, {kv::Eviction::streaming, 2, 0, 0}});
+  c.set_policy(2, {16, {kv::Eviction::h2o, 0, 6, 10}});
+  for (int32_t seq : {0, 1, 2})
+    for (int i = 0; i < 15; ++i) h.append(c, seq, 2);
+  CHECK(c.n_cells(0) == 30);
+  CHECK(c.n_cells(1) == 20);
+  CHECK(c.n_cells(2) == 16);
+  // Sequence 0 keeps the cache's default policy: no eviction, budget 40.
+  test::expect_error([&] { h.append(c, 0, 11); }, ErrorCode::cache_full, "budget of 40");
+  CHECK(c.n_cells(0) == 30);
+  // A policy outlives the sequence's cells (a rewind to 0) until it is erased.
+  c.remove(1);
+  for (int i = 0; i < 5; ++i) h.append(c, 1, 5);
+  CHECK(c.n_cells(1) == 20);
+  c.erase_policy(1);
+  CHECK(c.policy(1).eviction.policy == kv::Eviction::none);
+  test::expect_error([&] { c.set_policy(3, {10, {kv::Eviction::h2o, 0, 4, 4}}); }, ErrorCode::invalid_argument,
+               "not heavy 4 + recent 4");
+  c.check_invariants();
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "real_model/real_model.hpp"
@@ -52,8 +53,8 @@ TEST_CASE("prefill in chunks gives the logits of one pass", "[session]") {
   const auto prompt = long_prompt(*model, 150);
   auto whole = model->new_session({.prefill_chunk_size = 512});
   auto chunked = model->new_session({.prefill_chunk_size = 7});
-  REQUIRE(whole->prefill(prompt));
-  REQUIRE(chunked->prefill(prompt));
+  REQUIRE(whole->prefill(prompt) == Outcome::ok);
+  REQUIRE(chunked->prefill(prompt) == Outcome::ok);
   CHECK(whole->position() == 150);
   CHECK(chunked->position() == 150);
   REQUIRE(whole->logits().size() == size_t(model->info().n_vocab));
@@ -152,9 +153,9 @@ TEST_CASE("cancel from another thread stops a long prefill within one chunk", "[
     session->cancel();
   });
   started = true;
-  const bool finished = session->prefill(prompt);
+  const Outcome finished = session->prefill(prompt);
   canceller.join();
-  CHECK_FALSE(finished);
+  CHECK(finished == Outcome::cancelled);
   // The chunks evaluated before the cancellation stay; the one in flight is undone.
   CHECK(session->position() < 3000);
   CHECK(session->position() % 64 == 0);
@@ -185,6 +186,50 @@ TEST_CASE("cancel from another thread stops generation within a token", "[sessio
   canceller.join();
   CHECK(r.stop_reason == StopReason::cancelled);
   CHECK(r.tokens.size() < 200);
+}
+
+TEST_CASE("a cancel() that comes before a call is not lost", "[session]") {
+  auto model = test::gemma();
+  auto session = model->new_session();
+  const auto prompt = model->tokenize("The river was", true);
+  session->cancel();
+  CHECK(session->prefill(prompt) == Outcome::cancelled);
+  CHECK(session->position() == 0);
+  // The call that reported it consumed it.
+  REQUIRE(session->prefill(prompt) == Outcome::ok);
+  const int32_t at = session->position();
+  session->cancel();
+  CHECK(session->decode(5) == Outcome::cancelled);
+  CHECK(session->position() == at);
+  session->cancel();
+  Sampler g = Sampler::greedy();
+  const auto r = session->generate(std::span<const int32_t>(), g, {.max_tokens = 4});
+  CHECK(r.stop_reason == StopReason::cancelled);
+  CHECK(r.tokens.empty());
+  CHECK(session->position() == at);
+  CHECK(session->generate(std::span<const int32_t>(), g, {.max_tokens = 2, .stop_at_end_of_generation = false})
+            .tokens.size() == 2);
+}
+
+TEST_CASE("every session of a model runs on the model's one thread pool", "[session][threads]") {
+  auto count_threads = [] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) n += entry.is_directory();
+    return n;
+  };
+  const int before = count_threads();
+  auto model = Model::load(test::real_model_path(), {.threads = 2});
+  CHECK(count_threads() == before);  // loading starts no thread
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 4; ++i) {
+    sessions.push_back(model->new_session({.kv = {.max_tokens = 256}}));
+    Sampler g = Sampler::greedy();
+    sessions.back()->generate("Count: one, two,", g, {.max_tokens = 2});
+  }
+  auto fork = sessions[0]->fork();
+  fork->decode(5);
+  // Two threads: the caller and one worker, however many sessions run.
+  CHECK(count_threads() == before + 1);
 }
 
 TEST_CASE("rewind returns to a position and replays identically", "[session]") {
@@ -260,14 +305,9 @@ TEST_CASE("a full context ends generation; too long a prompt is an error that ch
   CHECK(session->position() == 16);
 
   auto fresh = model->new_session({.kv = {.max_tokens = 16}});
-  fresh->prefill(model->tokenize("Hello", true));
+  REQUIRE(fresh->prefill(model->tokenize("Hello", true)) == Outcome::ok);
   const int32_t before = fresh->position();
-  try {
-    fresh->prefill(long_prompt(*model, 40));
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::cache_full);
-  }
+  CHECK(fresh->prefill(long_prompt(*model, 40)) == Outcome::cache_full);
   CHECK(fresh->position() == before);
   const std::vector<int32_t> bad = {5, int32_t(model->info().n_vocab) + 3};
   try {
@@ -279,7 +319,13 @@ TEST_CASE("a full context ends generation; too long a prompt is an error that ch
   }
   CHECK(fresh->position() == before);
   // Still usable.
-  fresh->decode(5);
+  CHECK(fresh->decode(5) == Outcome::ok);
+  CHECK(fresh->position() == before + 1);
+  // generate() with a prompt that does not fit ends with context_full and adds nothing.
+  Sampler g2 = Sampler::greedy();
+  const auto too_long = fresh->generate(long_prompt(*model, 40), g2, {.max_tokens = 4});
+  CHECK(too_long.stop_reason == StopReason::context_full);
+  CHECK(too_long.tokens.empty());
   CHECK(fresh->position() == before + 1);
 }
 

@@ -1,0 +1,101 @@
+#include "runtime/executor.hpp"
+
+#include "common/fail.hpp"
+#include "model/loaded_model.hpp"
+
+namespace ember::runtime {
+
+Executor::Executor(const model::LoadedModel& model, std::unique_ptr<backend::Backend> backend, PoolSource pool_for)
+    : model_(model), backend_(std::move(backend)), pool_for_(std::move(pool_for)) {
+  // Steps are cut by their callers (prefill chunks, the engine's token budget), so
+  // the pass itself never splits a batch.
+  forward_ = std::make_unique<model::Forward>(model_.hparams, model_.weights, *backend_, 1 << 30);
+}
+
+Executor::~Executor() = default;
+
+kv::KVCache& Executor::cache(quant::DType storage) {
+  auto& cache = caches_[storage];
+  if (!cache) {
+    const model::HParams& hp = model_.hparams;
+    kv::CacheConfig cfg;
+    cfg.n_layer = hp.n_layer;
+    for (const model::LayerParams& lp : hp.layers) cfg.layer_window.push_back(lp.window);
+    cache = std::make_unique<kv::KVCache>(pool_for_(storage), *backend_, cfg);
+  }
+  return *cache;
+}
+
+size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel) {
+  std::lock_guard lock(mutex_);
+  // Bad tokens fail the whole call before anything runs.
+  std::vector<model::BatchToken> batch;
+  for (StepPart& part : parts) {
+    part.status = StepStatus::ok;
+    part.message.clear();
+    for (size_t i = 0; i < part.tokens.size(); ++i) {
+      const bool logits = part.all_logits || (part.want_last && i + 1 == part.tokens.size());
+      batch.push_back({part.tokens[i], part.first_pos + int32_t(i), part.seq, logits});
+    }
+  }
+  forward_->validate(batch);
+  batch.clear();
+
+  // Place each part on its own: one that does not fit fails alone.
+  kv::Placement merged;
+  merged.slots.assign(size_t(model_.hparams.n_layer), {});
+  std::vector<std::pair<size_t, size_t>> owner;  // batch index -> (part, index in part)
+  auto roll_back = [&] { cache.undo(merged); };
+  try {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      StepPart& part = parts[p];
+      if (part.tokens.empty()) continue;
+      std::vector<kv::CellRequest> requests(part.tokens.size());
+      for (size_t i = 0; i < part.tokens.size(); ++i) requests[i] = {part.seq, part.first_pos + int32_t(i)};
+      kv::Placement placement;
+      try {
+        placement = cache.place(requests);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::cache_full) throw;
+        part.status = StepStatus::cache_full;
+        part.message = e.what();
+        continue;
+      }
+      for (size_t l = 0; l < merged.slots.size(); ++l)
+        merged.slots[l].insert(merged.slots[l].end(), placement.slots[l].begin(), placement.slots[l].end());
+      merged.first_idx.insert(merged.first_idx.end(), placement.first_idx.begin(), placement.first_idx.end());
+      for (size_t i = 0; i < part.tokens.size(); ++i) {
+        const bool logits = part.all_logits || (part.want_last && i + 1 == part.tokens.size());
+        batch.push_back({part.tokens[i], part.first_pos + int32_t(i), part.seq, logits});
+        owner.emplace_back(p, i);
+      }
+    }
+  } catch (...) {
+    roll_back();
+    throw;
+  }
+  if (batch.empty()) return 0;
+
+  const model::Forward::LogitsSink sink = [&](size_t index, std::span<const float> row) {
+    const auto [p, i] = owner[index];
+    if (parts[p].on_logits) parts[p].on_logits(i, row);
+  };
+  bool finished = false;
+  try {
+    finished = forward_->compute(cache, batch, merged, 0, sink, cancel);
+  } catch (...) {
+    roll_back();
+    throw;
+  }
+  if (!finished) {
+    roll_back();
+    for (StepPart& part : parts)
+      if (part.status == StepStatus::ok && !part.tokens.empty()) part.status = StepStatus::cancelled;
+    return 0;
+  }
+  cache.commit(merged);
+  for (const auto& [seq, first] : merged.first_idx) cache.trim_windows(seq);
+  return batch.size();
+}
+
+}  // namespace ember::runtime
