@@ -23,6 +23,9 @@ class CpuBackend final : public backend::HostBackend {
   }
 
   std::string_view name() const override { return "cpu"; }
+  void set_sum_order(backend::SumOrder order) override {
+    context_.batch_invariant = order == backend::SumOrder::batch_invariant;
+  }
 
   void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     cpu::get_rows(ctx(), table, ids, out);

@@ -649,8 +649,10 @@ void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Ten
       per_token.insert(per_token.end(), by_seq[size_t(s)].begin(), by_seq[size_t(s)].end());
     }
   }
-  // llama.cpp's sums are in GEMM order when its batch has more than one token.
-  if (!per_token.empty()) attend_per_token(ctx, q, k_cache, v_cache, p, tab, per_token, q.rows > 1, out);
+  // llama.cpp's sums are in GEMM order when its batch has more than one token;
+  // batch-invariant sums are in GEMM order always, as the blocked schedule's are.
+  if (!per_token.empty())
+    attend_per_token(ctx, q, k_cache, v_cache, p, tab, per_token, ctx.batch_invariant || q.rows > 1, out);
 }
 
 }  // namespace ember::cpu

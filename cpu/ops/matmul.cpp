@@ -105,8 +105,9 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   chunk_rows = round_up(std::max<int64_t>(chunk_rows, 1), tile_w);
   const int64_t n_chunks = (n_out + chunk_rows - 1) / chunk_rows;
   const int token_block = decode ? int(n_tok) : std::max(tile_x, kTokenBlock / tile_x * tile_x);
-  // Kernels whose reference sums whole groups of tokens in another order (WeightKernels::dot_tile_grouped).
-  const auto grouped = packed ? nullptr : kernels.dot_tile_grouped;
+  // Kernels whose reference sums whole groups of tokens in another order (WeightKernels::dot_tile_grouped);
+  // not when every token must be summed alike whatever its batch.
+  const auto grouped = packed || ctx.batch_invariant ? nullptr : kernels.dot_tile_grouped;
   const int64_t grouped_end = grouped ? n_tok - n_tok % WeightKernels::kGroupTokens : 0;
 
   std::atomic<int64_t> next{0};

@@ -28,6 +28,9 @@ struct OpContext {
   Isa isa;
   std::vector<std::byte>& scratch;  // grows as needed; contents undefined between ops
   RopeTable rope_tables[2];         // most recently used first
+  // backend::SumOrder::batch_invariant: matmul sums every token in its plain order
+  // (no grouped kernels) and attention sums every query token in GEMM order.
+  bool batch_invariant = false;
 };
 
 void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor& out);

@@ -54,6 +54,13 @@ struct EngineOptions {
   KVCacheOptions kv;
   // Share KV pages of common prompt prefixes between requests. Default true.
   bool prefix_sharing = true;
+  // Sum every token's ops in one order whatever else is in its step, so that a
+  // request's output does not depend on the other requests, on how its prompt was
+  // cut into chunks, or on a preemption. Default true. false: llama.cpp's orders,
+  // where a token's logits can differ in the last bits with the batch around it
+  // (then a near-tie can pick another token) and a Session's output matches
+  // llama.cpp's bit for bit.
+  bool batch_invariant = true;
   // Service-level objectives in seconds (0 = none): an alert fires when the P99 time
   // to first token (or time per output token) exceeds 1.5 times its SLO.
   double slo_ttft_seconds = 0.0;

@@ -57,10 +57,27 @@ struct AttentionParams {
   Tensor score_acc;
 };
 
+// How the ops of a batch may order their sums.
+enum class SumOrder {
+  // llama.cpp's orders, so that a single sequence gets llama.cpp's logits bit for
+  // bit; a token's result may then depend on the batch it is in (Q4_K sums whole
+  // groups of 4 tokens in another order than the rest, and attention sums a lone
+  // query token in another order than several).
+  llama_cpp,
+  // Every token's result is independent of the rest of the batch and of how a
+  // sequence's tokens are cut into steps: one order per weight type and for
+  // attention, whatever the batch. The Engine runs so, so that a request's output
+  // does not depend on the other requests.
+  batch_invariant,
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // The order of sums for the ops that follow (default llama_cpp). Backends whose
+  // results never depend on the batch ignore it.
+  virtual void set_sum_order(SumOrder order) {}
 
   // ---- memory ----
   // New buffer of `bytes` bytes (contents undefined). Throws out_of_memory.

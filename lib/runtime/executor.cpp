@@ -26,7 +26,8 @@ kv::KVCache& Executor::cache(quant::DType storage) {
   return *cache;
 }
 
-size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel) {
+size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel,
+                      backend::SumOrder order) {
   std::lock_guard lock(mutex_);
   // Bad tokens fail the whole call before anything runs.
   std::vector<model::BatchToken> batch;
@@ -81,6 +82,7 @@ size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::
     if (parts[p].on_logits) parts[p].on_logits(i, row);
   };
   bool finished = false;
+  backend_->set_sum_order(order);
   try {
     finished = forward_->compute(cache, batch, merged, 0, sink, cancel);
   } catch (...) {

@@ -80,7 +80,9 @@ class Executor {
   // true during the pass, every part gets cancelled. Throws invalid_argument for a
   // bad token (nothing runs then) and rethrows a failure of the pass itself after
   // rolling back every part. Returns the number of tokens evaluated.
-  size_t step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel = nullptr);
+  // `order`: llama.cpp's sums (sessions) or batch-invariant ones (the engine).
+  size_t step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel = nullptr,
+              backend::SumOrder order = backend::SumOrder::llama_cpp);
 
 
  private:
