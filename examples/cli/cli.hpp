@@ -75,5 +75,6 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_chat(const std::vector<std::string>& args);
 int cmd_perplexity(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_batched_bench(const std::vector<std::string>& args);
 
 }  // namespace ember::cli

@@ -23,6 +23,8 @@ commands:
               read the text as one stream through a bounded cache, perplexity per segment
   bench       -m MODEL [-p 512] [-n 64] [-t THREADS] [--json]
               prefill and decode speed
+  batched-bench -m MODEL [-npp 128] [-ntg 128] [-npl 1,2,4,8,16] [-t THREADS] [-r 1] [--json]
+              aggregate speed of N concurrent requests through the Engine (as llama-batched-bench)
   logits      -m MODEL --tokens "1 5 9" -o FILE [-t THREADS]
               write float32 [n_tokens][vocab] logits, row-major little-endian
   tokenize    -m MODEL -p TEXT [--bos] [--special]
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     if (command == "chat") return cmd_chat(args);
     if (command == "perplexity") return cmd_perplexity(args);
     if (command == "bench") return cmd_bench(args);
+    if (command == "batched-bench") return cmd_batched_bench(args);
     if (command == "logits") return cmd_logits(args);
     if (command == "tokenize") return cmd_tokenize(args);
     if (command == "info") return cmd_info(args);
