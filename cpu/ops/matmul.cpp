@@ -49,7 +49,9 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
 
   // ---- 1. activations ----
   const bool decode = n_tok <= kernels.tile_x;
-  const bool packed = kernels.packed.dot_tile != nullptr && (!decode || kernels.packed.decode);
+  // Batch-invariant sums: the kernel whose rows do not depend on the call's other tokens.
+  const auto invariant = ctx.batch_invariant ? kernels.dot_tile_invariant : nullptr;
+  const bool packed = !invariant && kernels.packed.dot_tile != nullptr && (!decode || kernels.packed.decode);
   const std::byte* act = nullptr;
   size_t act_row_bytes = 0;
   if (kernels.activation_type == quant::DType::f32) {
@@ -90,7 +92,7 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   }
 
   // ---- 2. dot products over chunks of weight rows ----
-  const auto dot_tile = packed ? kernels.packed.dot_tile : kernels.dot_tile;
+  const auto dot_tile = invariant ? invariant : packed ? kernels.packed.dot_tile : kernels.dot_tile;
   const int tile_w = std::max(1, packed ? kernels.packed.tile_w : kernels.tile_w);
   const int tile_x = std::max(1, packed ? kernels.packed.tile_x : kernels.tile_x);
   const std::byte* w = weights.row_ptr(0);

@@ -179,3 +179,38 @@ TEST_CASE("cpu::matmul rejects weight types without kernels", "[matmul][errors]"
     CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("Q2_K"));
   }
 }
+
+// SumOrder::batch_invariant (the Engine): a token's row of out must not depend on the
+// other tokens of the op, bit for bit, at every level, for every weight type.
+TEST_CASE("batch-invariant matmul gives every token the bits it gets alone", "[matmul][invariant]") {
+  ThreadPool pool(2);
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const bool k_format = quant::type_info(type).block_elems == 256;
+      const int64_t n_out = 83, n_in = k_format ? 512 : 640, n_tok = 35;  // 83 rows: 16-row groups and a tail
+      INFO(ember::cpu::isa_name(isa) << " " << quant::type_name(type));
+      const OwnedTensor w = random_weights(type, n_out, n_in, 99);
+      OwnedTensor x(DType::f32, n_tok, n_in);
+      const auto xv = test::random_values(n_tok * n_in, 7);
+      std::memcpy(x.tensor.row_ptr(0), xv.data(), xv.size() * 4);
+      std::vector<std::byte> scratch;
+      OpContext ctx{pool, isa, scratch, {}};
+      ctx.batch_invariant = true;
+      OwnedTensor all(DType::f32, n_tok, n_out);
+      ember::cpu::matmul(ctx, w.tensor, x.tensor, all.tensor);
+      int64_t bad = 0;
+      // Alone, and inside batches of other sizes (4: a Q4_K group; 2: a pair; 17: tiles and a tail).
+      for (int64_t batch : {1, 2, 4, 17}) {
+        for (int64_t t0 = 0; t0 + batch <= n_tok; t0 += batch) {
+          OwnedTensor part(DType::f32, batch, n_out);
+          ember::cpu::matmul(ctx, w.tensor, x.tensor.slice_rows(t0, batch), part.tensor);
+          for (int64_t t = 0; t < batch; ++t)
+            if (std::memcmp(part.tensor.row_ptr(t), all.tensor.row_ptr(t0 + t), size_t(n_out) * 4) != 0 &&
+                bad++ < 3)
+              FAIL_CHECK("token " << t0 + t << " in a batch of " << batch << " differs from the batch of " << n_tok);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}

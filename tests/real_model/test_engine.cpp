@@ -361,3 +361,18 @@ TEST_CASE("engine metrics: Prometheus text, JSON and alerts that fire once per c
   CHECK_THAT(json, Catch::Matchers::Contains("\"p99\":"));
 }
 
+
+TEST_CASE("engine: INT8 and INT4 KV storage keep every request's tokens independent of the batch", "[engine]") {
+  auto model = test::gemma();
+  auto specs = mix(*model, false);
+  specs.resize(6);
+  for (KVStorage storage : {KVStorage::int8, KVStorage::int4}) {
+    INFO(int(storage));
+    const EngineOptions options{.kv = {.max_tokens = 2048, .storage = storage}};
+    const RunOutcome run = run_engine(model, specs, options);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      CHECK(run.results[i].tokens == alone(model, specs[i], options));
+    }
+  }
+}

@@ -62,11 +62,11 @@ void rows16(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a
 
 // WeightKernels::dot_tile: one token with rows_sequential, batches with rows16 over
 // whole groups of 16 rows and register tiles for the rest.
-void dot_tile_q4_0(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
-                   int n_x, float* out, size_t out_stride, int64_t n) {
+void dot_tile_q4_0_rows(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                        size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n, bool one_token_too) {
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
-  if (n_x == 1 || n_w < 16) {
+  if ((n_x == 1 && !one_token_too) || n_w < 16) {
     dot_tile<Step, 4, 4>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
     return;
   }
@@ -91,6 +91,19 @@ void dot_tile_q4_0(const void* weights, size_t w_row_bytes, int n_w, const void*
     dot_tile<Step, 4, 4>(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
 }
 
+// WeightKernels::dot_tile_invariant: rows16 for every token count, one token too,
+// so that a token's sums do not depend on the batch (the tail rows of a call below 16
+// take the plain tiles whatever the token count).
+void dot_tile_q4_0_invariant(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                             size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
+  dot_tile_q4_0_rows(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n, true);
+}
+
+void dot_tile_q4_0(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                   int n_x, float* out, size_t out_stride, int64_t n) {
+  dot_tile_q4_0_rows(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n, false);
+}
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q4_0::kBlockBytes)
@@ -102,6 +115,6 @@ constexpr int kTileW = 16, kTileX = 4;  // 16: chunks of whole rows16 groups
 }  // namespace
 
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile_q4_0, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_q4_0, dequantize, kTileW, kTileX, {}, nullptr, dot_tile_q4_0_invariant};
 
 }  // namespace ember::cpu::avx512
