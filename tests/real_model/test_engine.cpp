@@ -376,3 +376,51 @@ TEST_CASE("engine: INT8 and INT4 KV storage keep every request's tokens independ
     }
   }
 }
+
+TEST_CASE("engine: a full context ends that request only; priorities; chat messages", "[engine]") {
+  auto model = test::gemma();
+  // Two requests in the same steps; one outgrows its 64-token context.
+  auto engine = Engine::create(model, {.kv = {.max_tokens = 64}});
+  Request big;
+  big.prompt_tokens = model->tokenize(passage(30), true);
+  REQUIRE(big.prompt_tokens.size() < 60);
+  big.sampler.temperature = 0.0f;
+  big.generate = gen_options(100);
+  Request small;
+  small.prompt = "The sea is";
+  small.sampler.temperature = 0.0f;
+  small.generate = gen_options(10);
+  const RequestHandle hb = engine->submit(big), hs = engine->submit(small);
+  while (engine->pending() > 0) engine->step();
+  CHECK(engine->result(hb).stop_reason == StopReason::context_full);
+  CHECK(int(big.prompt_tokens.size() + engine->result(hb).tokens.size()) == 64);
+  CHECK(engine->result(hs).stop_reason == StopReason::max_tokens);
+  CHECK(engine->result(hs).tokens == alone(model, {model->tokenize("The sea is", true), 0, 10, {.temperature = 0.0f}},
+                                           {.kv = {.max_tokens = 64}}));
+
+  // One sequence at a time: the higher priority runs first although submitted last.
+  auto serial = Engine::create(model, {.max_batch_size = 1});
+  std::vector<int> order;
+  for (int priority : {0, 5}) {
+    Request r;
+    r.prompt = "Hello";
+    r.priority = priority;
+    r.generate = gen_options(2);
+    r.on_done = [&order, priority](const RequestResult&) { order.push_back(priority); };
+    serial->submit(std::move(r));
+  }
+  while (serial->pending() > 0) serial->step();
+  CHECK(order == std::vector<int>{5, 0});
+
+  // A chat request is rendered with the model's template.
+  Request chat;
+  chat.messages = {{"user", "Name a colour."}};
+  chat.sampler.temperature = 0.0f;
+  chat.generate = gen_options(4);
+  const RequestHandle hc = serial->submit(chat);
+  while (serial->pending() > 0) serial->step();
+  const RequestResult rc = serial->result(hc);
+  CHECK(rc.state == RequestState::finished);
+  CHECK(rc.prompt_tokens == int32_t(model->tokenize(model->apply_chat_template(chat.messages), true, true).size()));
+  CHECK(rc.tokens.size() == 4);
+}
