@@ -211,6 +211,21 @@ TEST_CASE("batch-invariant matmul gives every token the bits it gets alone", "[m
         }
       }
       CHECK(bad == 0);
+      // And the sums are right: within the summation tolerance of quant::dot_row.
+      const DType act = quant::activation_type(type);
+      std::vector<std::byte> arow(quant::row_bytes(act, n_in));
+      int64_t wrong = 0;
+      for (int64_t t = 0; t < n_tok; ++t) {
+        quant::quantize_row(act, x.tensor.row_ptr<const float>(t), arow.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          const double expected = quant::dot_row(type, w.tensor.row_ptr(o), arow.data(), n_in);
+          const double tol = test::kSummationTolerance * test::dot_magnitude(type, w.tensor.row_ptr(o), arow.data(), n_in);
+          if (!(std::fabs(double(all.tensor.row_ptr<const float>(t)[o]) - expected) <= tol) && wrong++ < 3)
+            FAIL_CHECK("out[" << t << "][" << o << "] = " << all.tensor.row_ptr<const float>(t)[o] << ", expected "
+                              << expected);
+        }
+      }
+      CHECK(wrong == 0);
     }
   }
 }

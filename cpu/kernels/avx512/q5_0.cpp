@@ -1,6 +1,7 @@
 // AVX-512 kernels of Q5_0 weights (x = d * (q - 16), 5-bit q) with Q8_0 activations,
 // in llama.cpp's summation order (lanes.hpp).
 #include "cpu/kernels/avx512/lanes.hpp"
+#include "cpu/kernels/avx512/rows16.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -25,11 +26,45 @@ void dequantize(const void* src, float* dst, int64_t n) {
                     _cvtsh_ss(load_u16(p)));
 }
 
-constexpr int kLanesW = 4, kLanesX = 8;
+// Batch-invariant sums (WeightKernels::dot_tile_invariant, the Engine): rows16.hpp.
+// The fifth bits: the qh dword of each row, shifted so that the four bits of a
+// register's values come lowest, picks one of 16 patterns (bit 4 of each byte) with
+// a permute, which is ORed onto the nibbles.
+struct Q5_0Rows16 {
+  static constexpr int kOffset = 16;
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ5_0);
+  static void load(const std::byte* wb, __m512i rows, __m512i q[8], __m512& d) {
+    alignas(64) static const int32_t kHigh[16] = {
+        0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010, 0x00101000, 0x00101010,
+        0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000, 0x10100010, 0x10101000, 0x10101010};
+    const __m512i high = _mm512_load_si512(kHigh);
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    const __m512i qh = _mm512_i32gather_epi32(rows, wb + 2, 1);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_i32gather_epi32(rows, wb + 6 + 4 * k, 1);
+      // permutexvar reads the low 4 bits of each index lane: bits 4k .. 4k + 3 of qh.
+      q[k] = _mm512_or_si512(_mm512_and_si512(v, nibble),
+                             _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, unsigned(4 * k)), high));
+      q[k + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), nibble),
+                                 _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, unsigned(16 + 4 * k)), high));
+    }
+    d = gather_scales16(wb, rows);
+  }
+};
+
+void dot_tile_invariant(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                        size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
+  dot_tile_rows16<Q5_0Rows16, dot_tile_lanes32<Q5_0Lanes>>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x,
+                                                          out, out_stride, n, true);
+}
+
+// 16: chunks of whole rows16 groups, so that the same rows take rows16 whatever the token count.
+constexpr int kLanesW = 16, kLanesX = 8;
 
 }  // namespace
 
 extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
-                                    dot_tile_lanes32<Q5_0Lanes>, dequantize, kLanesW, kLanesX, {}};
+                                    dot_tile_lanes32<Q5_0Lanes>, dequantize, kLanesW, kLanesX, {},
+                                    nullptr, dot_tile_invariant};
 
 }  // namespace ember::cpu::avx512
