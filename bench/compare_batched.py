@@ -28,7 +28,8 @@ def run_ember(ember, model, args):
         if line.startswith("{"):
             r = json.loads(line)
             rows[r["pl"]] = {"speed_tg": r["speed_tg"], "speed_pp": r["speed_pp"], "tpot_ms": r["tpot_ms"],
-                             "scheduler_share": r["scheduler_share"]}
+                             "scheduler_share": r["scheduler_share"],
+                             "sampling_share": r["sampling_share"]}
     return rows
 
 
@@ -77,8 +78,8 @@ def main():
                       ", ".join(f"N={n}: {r['speed_tg']:.1f} t/s" for n, r in sorted(rows.items())), flush=True)
 
     print(f"\n| file | N | ember S_TG t/s | llama.cpp S_TG t/s | ratio | ember TPOT ms | llama.cpp TPOT ms | "
-          f"ember scheduler % |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"ember scheduler % | ember sampling % |")
+    print("|---|---|---|---|---|---|---|---|---|")
     table = {}
     for name, s in samples.items():
         table[name] = {}
@@ -87,6 +88,7 @@ def main():
             e, l = med("ember", "speed_tg"), med("llama", "speed_tg")
             et, lt = med("ember", "tpot_ms"), med("llama", "tpot_ms")
             sched = 100 * med("ember", "scheduler_share")
+            sampling = 100 * med("ember", "sampling_share")
             table[name][n] = {"ember": e, "llama": l, "ember_tpot": et, "llama_tpot": lt}
             print(f"| {name} | {n} | {e:.1f} | {l:.1f} | {e / l:.2f}x | {et:.1f} | {lt:.1f} | {sched:.2f} |")
     if args.json:

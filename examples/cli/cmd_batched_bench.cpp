@@ -7,7 +7,8 @@
 //   TG  = the following ntg steps, each evaluating one token of every request;
 //   S_PP = N * npp / T_PP, S_TG = N * ntg / T_TG, S = N * (npp + ntg) / (T_PP + T_TG);
 //   TPOT = T_TG / ntg, the time per output token each request sees.
-// Also prints the engine's scheduler time as a share of its step time.
+// Also prints the engine's scheduler time (admission, batches, bookkeeping) and its
+// sampling time (sampling, detokenizing, streaming) as shares of its step time.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -45,7 +46,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 struct Row {
   int64_t npp = 0, ntg = 0, npl = 0;
-  double t_pp = 0, t_tg = 0, scheduler_share = 0;
+  double t_pp = 0, t_tg = 0, scheduler_share = 0, sampling_share = 0;
 };
 
 // One measurement: N requests of npp prompt tokens, ntg evaluated generation steps.
@@ -83,6 +84,7 @@ Row measure(const std::shared_ptr<Model>& model, int64_t npp, int64_t ntg, int64
   row.t_tg = seconds_since(t1);
   const EngineMetrics m = engine->metrics();
   row.scheduler_share = m.busy_seconds > 0 ? m.scheduler_seconds / m.busy_seconds : 0.0;
+  row.sampling_share = m.busy_seconds > 0 ? m.sampling_seconds / m.busy_seconds : 0.0;
   return row;
 }
 
@@ -113,8 +115,8 @@ int cmd_batched_bench(const std::vector<std::string>& argv) {
 
   if (!json) {
     std::printf("model: %s, threads: %d\n\n", model_path.c_str(), used_threads);
-    std::printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s | TPOT ms | sched %% |\n");
-    std::printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|---------|---------|\n");
+    std::printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s | TPOT ms | sched %% | sample %% |\n");
+    std::printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|---------|---------|----------|\n");
   }
   for (const int64_t npp : npps)
     for (const int64_t ntg : ntgs)
@@ -132,13 +134,14 @@ int cmd_batched_bench(const std::vector<std::string>& argv) {
           std::printf(
               "{\"pp\": %lld, \"tg\": %lld, \"pl\": %lld, \"n_kv\": %lld, \"t_pp\": %.6f, \"speed_pp\": %.3f, "
               "\"t_tg\": %.6f, \"speed_tg\": %.3f, \"t\": %.6f, \"speed\": %.3f, \"tpot_ms\": %.3f, "
-              "\"scheduler_share\": %.5f, \"threads\": %d}\n",
+              "\"scheduler_share\": %.5f, \"sampling_share\": %.5f, \"threads\": %d}\n",
               (long long)npp, (long long)ntg, (long long)npl, (long long)n_kv, best.t_pp, s_pp, best.t_tg, s_tg, t,
-              s, 1e3 * best.t_tg / double(ntg), best.scheduler_share, used_threads);
+              s, 1e3 * best.t_tg / double(ntg), best.scheduler_share, best.sampling_share, used_threads);
         } else {
-          std::printf("| %5lld | %6lld | %4lld | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f | %7.2f | %7.2f |\n",
-                      (long long)npp, (long long)ntg, (long long)npl, (long long)n_kv, best.t_pp, s_pp, best.t_tg,
-                      s_tg, t, s, 1e3 * best.t_tg / double(ntg), 100.0 * best.scheduler_share);
+          std::printf(
+              "| %5lld | %6lld | %4lld | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f | %7.2f | %7.2f | %8.2f |\n",
+              (long long)npp, (long long)ntg, (long long)npl, (long long)n_kv, best.t_pp, s_pp, best.t_tg, s_tg, t, s,
+              1e3 * best.t_tg / double(ntg), 100.0 * best.scheduler_share, 100.0 * best.sampling_share);
         }
         std::fflush(stdout);
       }

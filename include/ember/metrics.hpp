@@ -43,7 +43,8 @@ struct EngineMetrics {
   double busy_seconds = 0.0;            // time spent in steps that evaluated tokens
   uint64_t steps = 0;                   // steps that evaluated tokens
   double mean_batch_tokens = 0.0;       // tokens per such step
-  double scheduler_seconds = 0.0;       // time spent building batches and booking results (not the forward pass)
+  double scheduler_seconds = 0.0;       // time spent admitting, building batches and booking results
+  double sampling_seconds = 0.0;        // time spent sampling, detokenizing and streaming (request callbacks included)
 
   // Latency distributions.
   LatencySummary time_to_first_token;   // submit to first sampled token

@@ -55,7 +55,7 @@ struct EngineCounters {
   uint64_t submitted = 0, finished = 0, cancelled = 0, rejected = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0, step_tokens = 0;
-  double busy_seconds = 0.0, scheduler_seconds = 0.0;
+  double busy_seconds = 0.0, scheduler_seconds = 0.0, sampling_seconds = 0.0;
   uint64_t prefix_lookup = 0, prefix_hits = 0, preemptions = 0;
   metrics::Histogram ttft, tpot, e2e, queue;
 };

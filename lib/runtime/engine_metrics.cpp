@@ -62,6 +62,7 @@ EngineMetrics Engine::Impl::snapshot() const {
   s.steps = c.steps;
   s.mean_batch_tokens = ratio(double(c.step_tokens), double(c.steps));
   s.scheduler_seconds = c.scheduler_seconds;
+  s.sampling_seconds = c.sampling_seconds;
   s.time_to_first_token = summarise(c.ttft);
   s.time_per_output_token = summarise(c.tpot);
   s.end_to_end = summarise(c.e2e);
@@ -132,6 +133,8 @@ std::vector<metrics::Family> families(const EngineMetrics& s, const EngineCounte
   f.push_back(counter("ember_busy_seconds_total", "Seconds spent in steps that evaluated tokens.", s.busy_seconds));
   f.push_back(counter("ember_scheduler_seconds_total", "Seconds spent scheduling (outside the forward pass).",
                       s.scheduler_seconds));
+  f.push_back(counter("ember_sampling_seconds_total", "Seconds spent sampling, detokenizing and streaming.",
+                      s.sampling_seconds));
   f.push_back(counter("ember_steps_total", "Steps that evaluated tokens.", double(s.steps)));
   f.push_back(histogram("ember_time_to_first_token_seconds", "Submission to the first generated token.", c.ttft));
   f.push_back(histogram("ember_time_per_output_token_seconds", "Mean gap between a request's generated tokens.", c.tpot));

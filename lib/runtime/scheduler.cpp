@@ -263,6 +263,7 @@ int32_t Engine::Impl::step_locked() {
   // ---- sampling, streaming, ends ----
   uint64_t prompt_tokens = 0, generated = 0;
   int pool_short = 0;
+  double sampling = 0.0;
   for (size_t i = 0; i < parts.size(); ++i) {
     EngineRequest& r = *owners[i];
     runtime::StepPart& part = parts[i];
@@ -275,7 +276,9 @@ int32_t Engine::Impl::step_locked() {
     if (part.status == runtime::StepStatus::ok && (r.gen->prefilling() || part.tokens.size() > 1))
       prompt_tokens += part.tokens.size();
     const size_t before = r.gen->result().tokens.size();
+    const auto sample_start = EngineClock::now();
     r.gen->after_step(part);
+    sampling += seconds_between(sample_start, EngineClock::now());
     generated += r.gen->result().tokens.size() - before;
     if (r.gen->done()) {
       end_request(r);
@@ -300,7 +303,8 @@ int32_t Engine::Impl::step_locked() {
       ++counters.steps;
       counters.step_tokens += evaluated;
       counters.busy_seconds += seconds_between(t0, t3);
-      counters.scheduler_seconds += seconds_between(t0, t1) + seconds_between(t2, t3);
+      counters.scheduler_seconds += seconds_between(t0, t1) + seconds_between(t2, t3) - sampling;
+      counters.sampling_seconds += sampling;
     }
   }
   check_alerts();

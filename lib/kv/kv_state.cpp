@@ -1,0 +1,155 @@
+// KVCache state blobs: one sequence's tables and the rows of its cells, and back.
+#include <cstring>
+
+#include "common/fail.hpp"
+#include "kv/kv_cache.hpp"
+
+namespace ember::kv {
+namespace {
+
+// Little-endian blob helpers.
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+void put_vec(std::string& out, const std::vector<T>& v) {
+  put<uint64_t>(out, v.size());
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+struct Reader {
+  std::string_view data;
+  size_t at = 0;
+  void need(size_t n) const {
+    if (data.size() - at < n)
+      fail(ErrorCode::invalid_argument, "KV state: the blob ends early (byte {} of {})", at, data.size());
+  }
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, data.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  template <typename T>
+  std::vector<T> get_vec(size_t max_elems) {
+    const auto n = get<uint64_t>();
+    if (n > max_elems) fail(ErrorCode::invalid_argument, "KV state: a table of {} entries is too large", n);
+    need(n * sizeof(T));
+    std::vector<T> v(n);
+    std::memcpy(v.data(), data.data() + at, n * sizeof(T));
+    at += n * sizeof(T);
+    return v;
+  }
+};
+
+constexpr uint32_t kBlobMagic = 0x31564B45;  // "EKV1"
+
+}  // namespace
+
+void KVCache::save(int32_t seq, std::string& out) const {
+  const PoolConfig& pc = pool_->config();
+  put<uint32_t>(out, kBlobMagic);
+  put<uint32_t>(out, uint32_t(pc.storage));
+  put<int64_t>(out, pc.k_width);
+  put<int64_t>(out, pc.v_width);
+  put<int32_t>(out, pc.page_tokens);
+  put<int32_t>(out, config_.n_layer);
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    put<int32_t>(out, -1);
+    return;
+  }
+  const Sequence& s = it->second;
+  put<int32_t>(out, s.next_idx);
+  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.storage, pc.v_width);
+  std::vector<std::byte> rows;
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    const Layer& l = s.layers[size_t(layer)];
+    put<int32_t>(out, l.live);
+    put<int32_t>(out, l.dropped_max);
+    put_vec(out, l.idx);
+    put_vec(out, l.pos);
+    put_vec(out, l.score);
+    put_vec(out, s.sink_keys[size_t(layer)]);
+    put_vec(out, s.sink_orig_pos[size_t(layer)]);
+    for (int32_t page : l.pages) {
+      for (const backend::Tensor* t : {&pool_->k(), &pool_->v()}) {
+        const backend::Tensor part = t->slice_rows(int64_t(page) * pc.page_tokens, pc.page_tokens);
+        rows.resize(size_t(pc.page_tokens) * (t == &pool_->k() ? k_row : v_row));
+        be_.download(part, rows.data());
+        out.append(reinterpret_cast<const char*>(rows.data()), rows.size());
+      }
+    }
+  }
+  std::vector<int32_t> moved;
+  for (const auto& [layer, cell] : s.moved) moved.push_back(layer), moved.push_back(cell);
+  put_vec(out, moved);
+}
+
+void KVCache::load(int32_t seq, std::string_view blob) {
+  require(n_cells(seq) == 0 && !sequences_.count(seq), "KV state: sequence {} is not empty", seq);
+  const PoolConfig& pc = pool_->config();
+  Reader r{blob};
+  if (r.get<uint32_t>() != kBlobMagic) fail(ErrorCode::invalid_argument, "KV state: not a KV-cache blob");
+  const auto storage = r.get<uint32_t>();
+  const auto k_width = r.get<int64_t>(), v_width = r.get<int64_t>();
+  const auto page_tokens_saved = r.get<int32_t>(), n_layer = r.get<int32_t>();
+  if (storage != uint32_t(pc.storage) || k_width != pc.k_width || v_width != pc.v_width ||
+      page_tokens_saved != pc.page_tokens || n_layer != config_.n_layer)
+    fail(ErrorCode::invalid_argument,
+         "KV state: saved with storage {}, rows {}/{}, pages of {}, {} layers; this cache has {}, {}/{}, {}, {}",
+         storage, k_width, v_width, page_tokens_saved, n_layer, quant::type_name(pc.storage), pc.k_width, pc.v_width,
+         pc.page_tokens, config_.n_layer);
+  const auto next_idx = r.get<int32_t>();
+  if (next_idx < 0) return;
+  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.storage, pc.v_width);
+  const size_t limit = size_t(pc.n_pages) * size_t(pc.page_tokens);
+  Sequence s;
+  s.next_idx = next_idx;
+  s.layers.resize(size_t(n_layer));
+  s.sink_keys.resize(size_t(n_layer));
+  s.sink_orig_pos.resize(size_t(n_layer));
+  try {
+    for (int layer = 0; layer < n_layer; ++layer) {
+      Layer& l = s.layers[size_t(layer)];
+      l.live = r.get<int32_t>();
+      l.dropped_max = r.get<int32_t>();
+      l.idx = r.get_vec<int32_t>(limit);
+      l.pos = r.get_vec<int32_t>(limit);
+      l.score = r.get_vec<float>(limit);
+      s.sink_keys[size_t(layer)] = r.get_vec<float>(size_t(1) << 26);
+      s.sink_orig_pos[size_t(layer)] = r.get_vec<int32_t>(1 << 20);
+      int32_t live = 0;
+      for (int32_t p : l.pos) live += p >= 0;
+      if (l.pos.size() != l.idx.size() || l.score.size() != l.idx.size() || live != l.live ||
+          s.sink_keys[size_t(layer)].size() != s.sink_orig_pos[size_t(layer)].size() * size_t(pc.k_width))
+        fail(ErrorCode::invalid_argument, "KV state: inconsistent tables in layer {}", layer);
+      const auto n_pages = int32_t((l.pos.size() + size_t(pc.page_tokens) - 1) / size_t(pc.page_tokens));
+      r.need(size_t(n_pages) * size_t(pc.page_tokens) * (k_row + v_row));
+      l.pages = pool_->acquire(n_pages);
+      for (int32_t page : l.pages) {
+        for (const backend::Tensor* t : {&pool_->k(), &pool_->v()}) {
+          const backend::Tensor part = t->slice_rows(int64_t(page) * pc.page_tokens, pc.page_tokens);
+          const size_t bytes = size_t(pc.page_tokens) * (t == &pool_->k() ? k_row : v_row);
+          r.need(bytes);
+          be_.upload(part, blob.data() + r.at);
+          r.at += bytes;
+        }
+      }
+    }
+    const auto moved = r.get_vec<int32_t>(1 << 24);
+    for (size_t i = 0; i + 1 < moved.size(); i += 2) {
+      if (moved[i] < 0 || moved[i] >= n_layer) fail(ErrorCode::invalid_argument, "KV state: bad sink record");
+      s.moved.emplace_back(moved[i], moved[i + 1]);
+    }
+    if (r.at != blob.size()) fail(ErrorCode::invalid_argument, "KV state: {} unexpected trailing bytes", blob.size() - r.at);
+  } catch (...) {
+    release_all(s);
+    throw;
+  }
+  sequences_[seq] = std::move(s);
+}
+
+}  // namespace ember::kv
