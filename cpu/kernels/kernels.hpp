@@ -69,6 +69,9 @@ struct WeightKernels {
   // others go through dot_tile. llama.cpp's Q4_K kernels differ so (quant/lanes.hpp).
   void (*dot_tile_grouped)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
                            size_t activation_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) = nullptr;
+  // Optional: a packed path for backend::SumOrder::batch_invariant, used for every token
+  // count (pack once per op, then a dot_tile whose rows do not depend on the others).
+  Packed invariant_packed = {};
   // Optional (null where dot_tile already sums every activation row alike whatever n_x):
   // dot_tile whose result for an activation row does not depend on the other rows of
   // the call, for backend::SumOrder::batch_invariant. matmul then uses it for every

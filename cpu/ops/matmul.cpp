@@ -51,7 +51,12 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   const bool decode = n_tok <= kernels.tile_x;
   // Batch-invariant sums: the kernel whose rows do not depend on the call's other tokens.
   const auto invariant = ctx.batch_invariant ? kernels.dot_tile_invariant : nullptr;
-  const bool packed = !invariant && kernels.packed.dot_tile != nullptr && (!decode || kernels.packed.decode);
+  // The packed path: the batch-invariant one (every token count) or the prefill one.
+  const WeightKernels::Packed* pk =
+      ctx.batch_invariant && kernels.invariant_packed.dot_tile != nullptr ? &kernels.invariant_packed
+      : !invariant && kernels.packed.dot_tile != nullptr && (!decode || kernels.packed.decode) ? &kernels.packed
+                                                                                               : nullptr;
+  const bool packed = pk != nullptr;
   const std::byte* act = nullptr;
   size_t act_row_bytes = 0;
   if (kernels.activation_type == quant::DType::f32) {
@@ -62,7 +67,7 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   } else {
     // Converted rows, then (prefill with a packed path) their packed form after them.
     const size_t quant_row_bytes = quant::row_bytes(kernels.activation_type, n_in);
-    const size_t packed_row_bytes = packed ? kernels.packed.row_bytes(n_in) : 0;
+    const size_t packed_row_bytes = packed ? pk->row_bytes(n_in) : 0;
     const size_t quant_bytes = round_up(int64_t(n_tok) * int64_t(quant_row_bytes), kAlign);
     const size_t needed = quant_bytes + size_t(n_tok) * packed_row_bytes + kAlign;
     if (ctx.scratch.size() < needed) {
@@ -79,7 +84,7 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
       for (int64_t t = begin; t < end; ++t) {
         std::byte* row = base + size_t(t) * quant_row_bytes;
         kernels.quantize_activations(x.row_ptr<const float>(t), row, n_in);
-        if (packed) kernels.packed.pack(row, packed_base + size_t(t) * packed_row_bytes, n_in);
+        if (packed) pk->pack(row, packed_base + size_t(t) * packed_row_bytes, n_in);
       }
     };
     if (n_tok == 1) {
@@ -92,9 +97,9 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   }
 
   // ---- 2. dot products over chunks of weight rows ----
-  const auto dot_tile = invariant ? invariant : packed ? kernels.packed.dot_tile : kernels.dot_tile;
-  const int tile_w = std::max(1, packed ? kernels.packed.tile_w : kernels.tile_w);
-  const int tile_x = std::max(1, packed ? kernels.packed.tile_x : kernels.tile_x);
+  const auto dot_tile = packed ? pk->dot_tile : invariant ? invariant : kernels.dot_tile;
+  const int tile_w = std::max(1, packed ? pk->tile_w : kernels.tile_w);
+  const int tile_x = std::max(1, packed ? pk->tile_x : kernels.tile_x);
   const std::byte* w = weights.row_ptr(0);
   const size_t w_row_bytes = weights.row_stride;
   float* dst = out.row_ptr<float>(0);

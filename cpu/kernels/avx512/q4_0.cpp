@@ -34,21 +34,6 @@ struct Q4_0Rows16 {
   }
 };
 
-// WeightKernels::dot_tile: one token with rows_sequential, batches with rows16 over
-// whole groups of 16 rows and register tiles for the rest.
-void dot_tile_q4_0(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
-                   int n_x, float* out, size_t out_stride, int64_t n) {
-  dot_tile_rows16<Q4_0Rows16, dot_tile<Step, 4, 4>>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out,
-                                                   out_stride, n, false);
-}
-
-// WeightKernels::dot_tile_invariant: rows16 for one token too.
-void dot_tile_q4_0_invariant(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
-                             size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
-  dot_tile_rows16<Q4_0Rows16, dot_tile<Step, 4, 4>>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out,
-                                                   out_stride, n, true);
-}
-
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q4_0::kBlockBytes)
@@ -57,9 +42,16 @@ void dequantize(const void* src, float* dst, int64_t n) {
 
 constexpr int kTileW = 16, kTileX = 4;  // 16: chunks of whole rows16 groups
 
+// Batches of more than kTileX tokens take rows16 (packed rows: Q8_0 blocks and their
+// sums); fewer take register tiles of the per-token step. Batch-invariant: rows16 always.
+constexpr WeightKernels::Packed kRows16 = rows16_invariant<Q4_0Rows16, dot_tile<Step, 4, 4>>();
+constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pack, kRows16.dot_tile, kRows16.tile_w,
+                                                  kRows16.tile_x, false};
+
 }  // namespace
 
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile_q4_0, dequantize, kTileW, kTileX, {}, nullptr, dot_tile_q4_0_invariant};
+                                    dot_tile<Step, 4, 4>, dequantize, kTileW, kTileX, kRows16Prefill, nullptr,
+                                    kRows16};
 
 }  // namespace ember::cpu::avx512

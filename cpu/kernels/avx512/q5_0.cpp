@@ -52,19 +52,13 @@ struct Q5_0Rows16 {
   }
 };
 
-void dot_tile_invariant(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
-                        size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
-  dot_tile_rows16<Q5_0Rows16, dot_tile_lanes32<Q5_0Lanes>>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x,
-                                                          out, out_stride, n, true);
-}
-
 // 16: chunks of whole rows16 groups, so that the same rows take rows16 whatever the token count.
 constexpr int kLanesW = 16, kLanesX = 8;
 
 }  // namespace
 
 extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
-                                    dot_tile_lanes32<Q5_0Lanes>, dequantize, kLanesW, kLanesX, {},
-                                    nullptr, dot_tile_invariant};
+                                    dot_tile_lanes32<Q5_0Lanes>, dequantize, kLanesW, kLanesX, {}, nullptr,
+                                    rows16_invariant<Q5_0Rows16, dot_tile_lanes32<Q5_0Lanes>>()};
 
 }  // namespace ember::cpu::avx512
