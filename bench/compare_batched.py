@@ -90,7 +90,7 @@ def main():
             sched = 100 * med("ember", "scheduler_share")
             sampling = 100 * med("ember", "sampling_share")
             table[name][n] = {"ember": e, "llama": l, "ember_tpot": et, "llama_tpot": lt}
-            print(f"| {name} | {n} | {e:.1f} | {l:.1f} | {e / l:.2f}x | {et:.1f} | {lt:.1f} | {sched:.2f} |")
+            print(f"| {name} | {n} | {e:.1f} | {l:.1f} | {e / l:.2f}x | {et:.1f} | {lt:.1f} | {sched:.2f} | {sampling:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "samples": samples}, f, indent=1)
