@@ -221,7 +221,7 @@ int32_t Engine::pending() const {
 
 int32_t Engine::step() {
   Impl& e = *impl_;
-  if (e.stepping_thread == std::this_thread::get_id())
+  if (e.stepping_thread.load() == std::this_thread::get_id())
     fail(ErrorCode::invalid_argument, "Engine::step() called from a request callback");
   {
     std::lock_guard lock(e.mutex);
@@ -232,10 +232,10 @@ int32_t Engine::step() {
   e.stepping_thread = std::this_thread::get_id();
   try {
     const int32_t n = e.step_locked();
-    e.stepping_thread = {};
+    e.stepping_thread = std::thread::id{};
     return n;
   } catch (...) {
-    e.stepping_thread = {};
+    e.stepping_thread = std::thread::id{};
     throw;
   }
 }
@@ -255,7 +255,7 @@ void Engine::Impl::run_loop() {
     } catch (...) {
       // step_locked() ends the requests a failed pass touched; keep serving the others.
     }
-    stepping_thread = {};
+    stepping_thread = std::thread::id{};
     if (n == 0) {
       // Nothing could run (every waiting request waits for pages): sleep until a change.
       std::unique_lock lock(mutex);
@@ -297,14 +297,14 @@ void Engine::shutdown() {
   }
   e.changed.notify_all();
   // From a callback the running step ends them; otherwise end them now.
-  if (e.stepping_thread == std::this_thread::get_id()) return;
+  if (e.stepping_thread.load() == std::this_thread::get_id()) return;
   std::lock_guard step_lock(e.step_mutex);
   e.stepping_thread = std::this_thread::get_id();
   try {
     e.step_locked();
   } catch (...) {
   }
-  e.stepping_thread = {};
+  e.stepping_thread = std::thread::id{};
 }
 
 EngineMetrics Engine::metrics() const { return impl_->snapshot(); }

@@ -2,6 +2,7 @@
 // scheduler.cpp (one step: admission, batch, preemption) and engine_metrics.cpp.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -82,7 +83,7 @@ struct Engine::Impl {
 
   // One step at a time; the thread that runs it (callbacks may not step again).
   std::mutex step_mutex;
-  std::thread::id stepping_thread;
+  std::atomic<std::thread::id> stepping_thread{};  // read by other threads (step() and shutdown() checks)
   std::thread runner;
   bool runner_stop = false;  // under mutex
 
