@@ -101,21 +101,16 @@ def main():
         fig, axes = plt.subplots(len(table), 2, figsize=(10, 3.6 * len(table)), squeeze=False)
         for row, (name, t) in enumerate(table.items()):
             ns = sorted(t)
-            ax = axes[row][0]
-            ax.plot(ns, [t[n]["ember"] for n in ns], "o-", label="ember")
-            ax.plot(ns, [t[n]["llama"] for n in ns], "s--", label="llama.cpp")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("concurrent sequences N")
-            ax.set_ylabel("aggregate decode tokens/s")
-            ax.set_title(name, fontsize=9)
-            ax.legend()
-            ax = axes[row][1]
-            ax.plot(ns, [t[n]["ember_tpot"] for n in ns], "o-", label="ember")
-            ax.plot(ns, [t[n]["llama_tpot"] for n in ns], "s--", label="llama.cpp")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("concurrent sequences N")
-            ax.set_ylabel("time per output token, ms")
-            ax.legend()
+            panels = [("", "aggregate decode tokens/s"), ("_tpot", "time per output token, ms")]
+            for col, (suffix, ylabel) in enumerate(panels):
+                ax = axes[row][col]
+                ax.plot(ns, [t[n]["ember" + suffix] for n in ns], "o-", label="ember")
+                ax.plot(ns, [t[n]["llama" + suffix] for n in ns], "s--", label="llama.cpp")
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("concurrent sequences N")
+                ax.set_ylabel(ylabel)
+                ax.legend()
+            axes[row][0].set_title(name, fontsize=9)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=90)
 

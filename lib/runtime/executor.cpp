@@ -29,27 +29,27 @@ kv::KVCache& Executor::cache(quant::DType storage) {
 size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel,
                       backend::SumOrder order) {
   std::lock_guard lock(mutex_);
-  // Bad tokens fail the whole call before anything runs.
-  std::vector<model::BatchToken> batch;
-  for (StepPart& part : parts) {
+  // Every part's entries, checked before anything runs (a bad token fails the call).
+  std::vector<model::BatchToken> all;
+  std::vector<std::pair<size_t, size_t>> all_owner;  // entry -> (part, index in part)
+  for (size_t p = 0; p < parts.size(); ++p) {
+    StepPart& part = parts[p];
     part.status = StepStatus::ok;
     part.message.clear();
     for (size_t i = 0; i < part.tokens.size(); ++i) {
       const bool logits = part.all_logits || (part.want_last && i + 1 == part.tokens.size());
-      batch.push_back({part.tokens[i], part.first_pos + int32_t(i), part.seq, logits});
+      all.push_back({part.tokens[i], part.first_pos + int32_t(i), part.seq, logits});
+      all_owner.emplace_back(p, i);
     }
   }
-  forward_->validate(batch);
-  batch.clear();
+  forward_->validate(all);
 
-  // Place each part on its own: one that does not fit fails alone.
+  // Place each part on its own: one that does not fit fails alone and leaves the batch.
   kv::Placement merged;
   merged.slots.assign(size_t(model_.hparams.n_layer), {});
-  std::vector<std::pair<size_t, size_t>> owner;  // batch index -> (part, index in part)
   auto roll_back = [&] { cache.undo(merged); };
   try {
-    for (size_t p = 0; p < parts.size(); ++p) {
-      StepPart& part = parts[p];
+    for (StepPart& part : parts) {
       if (part.tokens.empty()) continue;
       std::vector<kv::CellRequest> requests(part.tokens.size());
       for (size_t i = 0; i < part.tokens.size(); ++i) requests[i] = {part.seq, part.first_pos + int32_t(i)};
@@ -65,15 +65,18 @@ size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::
       for (size_t l = 0; l < merged.slots.size(); ++l)
         merged.slots[l].insert(merged.slots[l].end(), placement.slots[l].begin(), placement.slots[l].end());
       merged.first_idx.insert(merged.first_idx.end(), placement.first_idx.begin(), placement.first_idx.end());
-      for (size_t i = 0; i < part.tokens.size(); ++i) {
-        const bool logits = part.all_logits || (part.want_last && i + 1 == part.tokens.size());
-        batch.push_back({part.tokens[i], part.first_pos + int32_t(i), part.seq, logits});
-        owner.emplace_back(p, i);
-      }
     }
   } catch (...) {
     roll_back();
     throw;
+  }
+  // The entries of the placed parts, in part order (the order of merged's slots).
+  std::vector<model::BatchToken> batch;
+  std::vector<std::pair<size_t, size_t>> owner;  // batch index -> (part, index in part)
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (parts[all_owner[k].first].status != StepStatus::ok) continue;
+    batch.push_back(all[k]);
+    owner.push_back(all_owner[k]);
   }
   if (batch.empty()) return 0;
 

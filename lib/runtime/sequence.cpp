@@ -143,9 +143,6 @@ void Sequence::finish_part(const StepPart& part) {
 
 StepStatus Sequence::evaluate_pending(const std::function<void(size_t, std::span<const float>)>* sink,
                                       size_t sink_base, const std::atomic<bool>* cancel) {
-  if (!evicts() && tokens_.size() > size_t(capacity_)) {
-    return StepStatus::cache_full;
-  }
   const size_t start_evaluated = n_evaluated_;
   while (n_pending() > 0) {
     StepPart part = next_part(size_t(chunk_), sink, sink_base);
