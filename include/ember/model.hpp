@@ -31,9 +31,11 @@ struct ModelOptions {
   // Backend for weights and compute. Default cpu.
   Device backend = Device::cpu;
   // Threads of the model's one thread pool, the calling thread included, shared by
-  // every session and engine of the model (started with the first of them).
-  // Default 0 = all hardware threads; range [0, 1024]. ember starts no other
-  // threads, except the one Engine::start() asks for.
+  // every session and engine of the model (started with the first of them, so
+  // threads - 1 workers). Default 0 = the physical cores this process may run on
+  // (its CPU affinity; SMT siblings counted once: they add little to matrix work);
+  // range [0, 1024]. ember starts no other threads, except the one Engine::start()
+  // asks for. Model::threads() tells the number in use.
   int threads = 0;
   // Map the file instead of reading it into memory. Default true.
   bool use_mmap = true;
@@ -51,8 +53,14 @@ struct ModelOptions {
   int32_t kv_page_tokens = 16;
   // Size of each KV page pool (one per storage type in use), in tokens of every layer.
   // Default 0 = four contexts of min(training context, 32768) tokens. Host memory is
-  // reserved as address space and committed only when pages are written.
+  // reserved as address space, committed only when pages are written, and handed
+  // back to the system when the sessions using it end.
   int64_t kv_pool_tokens = 0;
+  // Most bytes all KV pools of the model may reserve together: a pool gets
+  // min(kv_pool_tokens or its default, what the budget has left). Default 0 = no
+  // budget. A session whose storage type finds no room left throws invalid_argument
+  // naming the budget; a context larger than the pool fails with cache_full.
+  size_t kv_memory_budget = 0;
 };
 
 // What a model is, for display and for sizing.
@@ -90,7 +98,28 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
  public:
   // Loads a GGUF file. Throws Error: io (cannot open), malformed_file (corrupt),
   // unsupported (architecture or tensor type), invalid_argument (options).
+  // Thread-safe: loads of different models may run at once.
   static std::shared_ptr<Model> load(const std::filesystem::path& path, const ModelOptions& options = {});
+
+  // Loads a GGUF image already in memory (an asset packed into the host's binary or
+  // archive), with the same validation and errors as load(path).
+  //   copy == false: ember reads the bytes in place (no copy, like a mapped file). The
+  //     caller keeps them alive and unchanged until the Model and every Session,
+  //     fork and Engine made from it are destroyed.
+  //   copy == true: ember copies the image first; the caller may free it as soon as
+  //     load_from_memory returns.
+  // ModelOptions::use_mmap is ignored. The image must be at least 8-byte aligned
+  // (any pointer from malloc or new is) so that tensors can be read in place.
+  static std::shared_ptr<Model> load_from_memory(std::span<const std::byte> image, const ModelOptions& options = {},
+                                                 bool copy = false);
+
+  // Reads a GGUF image of `size` bytes through the host's own I/O (an archive, a
+  // pack file, a network store): read(offset, dst, n) must fill dst with the n bytes
+  // at `offset` and return true, or return false when it cannot (load then throws
+  // io naming the offset). It is called only inside this call, on the calling
+  // thread, in ascending offsets; ember keeps its own copy of the image.
+  using ReadAt = std::function<bool(uint64_t offset, void* dst, size_t n)>;
+  static std::shared_ptr<Model> load_from_reader(uint64_t size, const ReadAt& read, const ModelOptions& options = {});
 
   ~Model();
   Model(const Model&) = delete;
@@ -98,6 +127,8 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
 
   const ModelInfo& info() const;
   const ModelOptions& options() const;
+  // Threads of the model's thread pool: options().threads, or what 0 resolved to.
+  int threads() const;
   // Pages and bytes of the KV pools shared by this model's sessions.
   KVPoolMemory kv_memory() const;
   // Bytes of keys and values one cached token takes over all layers (0 when the

@@ -2,7 +2,7 @@
 //
 // One sample() runs a fixed chain over the logits of the whole vocabulary:
 //
-//   penalties -> top-k -> top-p -> min-p -> temperature -> draw
+//   logit bias -> penalties -> banned tokens -> top-k -> top-p -> min-p -> temperature -> draw
 //
 // Penalties act on the raw logits of tokens seen in the recent history. The three
 // filters then remove unlikely tokens, judged at temperature 1, so the set of
@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "ember/export.hpp"
 
@@ -58,6 +60,12 @@ struct SamplerOptions {
   // Seed of the random generator: equal seeds and inputs give equal tokens. kRandomSeed = take one from
   // std::random_device. Default kRandomSeed; any value.
   uint64_t seed = kRandomSeed;
+  // Added to the logits of the given tokens before everything else (token id, logit
+  // units; a token listed twice gets both). Default none; ids >= 0, values finite.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Tokens that are never picked (their logits become -inf after the penalties).
+  // Default none; ids >= 0. Banning every token makes sample() throw.
+  std::vector<int32_t> banned_tokens;
 };
 
 // Picks tokens from logits. A Sampler belongs to one sequence: it keeps the tokens
@@ -87,7 +95,8 @@ class EMBER_API Sampler {
   // accept() with the token actually used. With temperature > 0, each call consumes
   // exactly one number from the generator.
   // Throws ember::Error(invalid_argument) when the logits are empty, contain NaN or
-  // +inf, are all -inf, or when an accepted token is outside [0, logits.size());
+  // +inf, are all -inf (after the bans), or when an accepted, biased or banned token
+  // is outside [0, logits.size());
   // the Sampler is then unchanged.
   int32_t sample(std::span<const float> logits);
 

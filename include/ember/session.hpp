@@ -53,7 +53,7 @@ inline constexpr Control Stop = Control::stop;
 // possibly the start of a stop string). Returning Stop ends generation.
 using TokenCallback = std::function<Control(std::string_view piece)>;
 
-// One generated token as an Engine request's callback sees it.
+// One generated token as a token callback (Session::generate, Engine requests) sees it.
 struct TokenEvent {
   int32_t token = -1;      // the token id; -1 for text released at the end of generation
   std::string_view text;   // text released with it (complete UTF-8; may be empty)
@@ -74,6 +74,9 @@ struct GenerateOptions {
   bool add_bos = true;
   // Parse control-token text (e.g. "<start_of_turn>") in a text prompt. Default true.
   bool parse_special = true;
+  // Compute TokenEvent::logprob for a token callback (one log-sum-exp over the
+  // vocabulary per token). Default false.
+  bool logprobs = false;
 };
 
 enum class StopReason {
@@ -143,6 +146,15 @@ class EMBER_API Session {
                           const TokenCallback& on_piece = {});
   GenerateResult generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options = {},
                           const TokenCallback& on_piece = {});
+  // The same, handing `on_token` every generated token: its id, the text released
+  // with it (may be empty while a UTF-8 character or a possible stop string is
+  // incomplete) and, with options.logprobs, its log-probability under the model
+  // (before the sampler's penalties, bias and temperature).
+  using TokenEventCallback = std::function<Control(const TokenEvent&)>;
+  GenerateResult generate(std::string_view prompt, Sampler& sampler, const GenerateOptions& options,
+                          const TokenEventCallback& on_token);
+  GenerateResult generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options,
+                          const TokenEventCallback& on_token);
 
   // Asks a running prefill/decode/evaluate/generate to stop; it takes effect within
   // one prefill chunk or one token. Safe from any thread. A cancel() is never lost:

@@ -1,6 +1,10 @@
 #include "backend/host_buffer.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -9,14 +13,46 @@
 
 namespace ember::backend {
 
+namespace {
+constexpr size_t kMapThreshold = size_t(1) << 20;
+size_t os_page() {
+  static const size_t page = [] {
+    const long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? size_t(p) : size_t(4096);
+  }();
+  return page;
+}
+}  // namespace
+
 HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
+  if (bytes >= kMapThreshold) {
+    const size_t rounded = (bytes + os_page() - 1) / os_page() * os_page();
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail(ErrorCode::out_of_memory, "cannot reserve {} bytes of host memory", bytes);
+    data_ = static_cast<std::byte*>(p);
+    mapped_ = rounded;
+    return;
+  }
   constexpr size_t kAlign = 64;
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   data_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded));
   if (!data_) fail(ErrorCode::out_of_memory, "cannot allocate {} bytes of host memory", bytes);
 }
 
-HostBuffer::~HostBuffer() { std::free(data_); }
+HostBuffer::~HostBuffer() {
+  if (mapped_ > 0)
+    munmap(data_, mapped_);
+  else
+    std::free(data_);
+}
+
+void HostBuffer::discard(size_t offset, size_t bytes) {
+  if (mapped_ == 0 || offset >= size_) return;
+  const size_t page = os_page();
+  const size_t first = (offset + page - 1) / page * page;               // whole pages inside the range only
+  const size_t last = std::min(offset + bytes, size_) / page * page;
+  if (last > first) madvise(data_ + first, last - first, MADV_DONTNEED);  // zero-filled when touched again
+}
 
 std::unique_ptr<Buffer> HostBackend::allocate(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 

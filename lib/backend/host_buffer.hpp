@@ -10,16 +10,20 @@
 namespace ember::backend {
 
 // Owned, 64-byte aligned host memory. Throws out_of_memory when the allocation fails.
+// Buffers of 1 MiB and more are mapped pages of their own (committed when first
+// written), so that discard() can hand whole pages back to the system.
 class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t bytes);
   ~HostBuffer() override;
   size_t size() const override { return size_; }
   std::byte* host_data() override { return data_; }
+  void discard(size_t offset, size_t bytes) override;
 
  private:
   std::byte* data_ = nullptr;
   size_t size_ = 0;
+  size_t mapped_ = 0;  // bytes mapped with mmap (0: from aligned_alloc)
 };
 
 // Host memory owned elsewhere (a mapped GGUF file), kept alive by `keep_alive`.

@@ -20,6 +20,10 @@ class Buffer {
   virtual std::byte* host_data() = 0;
   // Device address for backends that need one (CUDA), else nullptr.
   virtual void* device_data() { return nullptr; }
+  // The bytes [offset, offset + bytes) are no longer needed: their contents become
+  // undefined and the memory behind them may go back to the system until it is
+  // written again. A hint; buffers that cannot return memory ignore it.
+  virtual void discard(size_t offset, size_t bytes) {}
 };
 
 // A 2-D view of a Buffer: `rows` rows of `cols` values of `type`, consecutive rows

@@ -33,6 +33,14 @@ File File::from_bytes(std::vector<std::byte> bytes, std::string name) {
   return File(std::move(impl));
 }
 
+File File::from_view(std::span<const std::byte> bytes, std::string name) {
+  auto impl = std::make_unique<Impl>();
+  impl->name = std::move(name);
+  impl->bytes = bytes;
+  parse(*impl);
+  return File(std::move(impl));
+}
+
 const std::string& File::name() const { return impl_->name; }
 uint32_t File::version() const { return impl_->version; }
 uint64_t File::alignment() const { return impl_->alignment; }

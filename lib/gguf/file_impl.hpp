@@ -15,7 +15,7 @@ struct File::Impl {
   std::string name;                  // path, or the name given to from_bytes (for messages)
   MappedFile mapping;                // set by File::open
   std::vector<std::byte> owned;      // set by File::from_bytes
-  std::span<const std::byte> bytes;  // the whole image: mapping.bytes() or owned
+  std::span<const std::byte> bytes;  // the whole image: mapping.bytes(), owned, or the caller's (from_view)
 
   uint32_t version = 0;
   uint64_t alignment = 32;

@@ -108,6 +108,9 @@ class File {
   static File open(const std::filesystem::path& path);
   // Parses an in-memory image (the File keeps its own copy). For tests and fuzzing.
   static File from_bytes(std::vector<std::byte> bytes, std::string name = "<memory>");
+  // Parses an image owned by the caller, in place: the bytes must stay valid and
+  // unchanged for as long as the File (and anything pointing into it) lives.
+  static File from_view(std::span<const std::byte> bytes, std::string name = "<memory>");
 
   File(File&&) noexcept;
   File& operator=(File&&) noexcept;

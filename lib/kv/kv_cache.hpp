@@ -106,6 +106,8 @@ class KVCache {
   const CacheConfig& config() const { return config_; }
   int32_t page_tokens() const { return pool_->config().page_tokens; }
   const Pool& pool() const { return *pool_; }
+  // Returns the memory of the pool's free pages to the system (Pool::trim).
+  int32_t trim_pool() { return pool_->trim(); }
   const std::shared_ptr<Pool>& shared_pool() const { return pool_; }
   backend::Tensor k() const { return pool_->k(); }
   backend::Tensor v() const { return pool_->v(); }

@@ -58,6 +58,7 @@ Pool::Pool(backend::Backend& backend, const PoolConfig& config) : config_(config
   buffer_ = backend.allocate(k_bytes + v_bytes);
   k_ = backend::make_tensor(*buffer_, 0, config.storage, rows, config.k_width);
   v_ = backend::make_tensor(*buffer_, k_bytes, config.storage, rows, config.v_width);
+  dirty_.assign(size_t(config.n_pages), 0);
 }
 
 size_t Pool::page_bytes() const {
@@ -88,8 +89,32 @@ std::vector<int32_t> Pool::acquire(int32_t n) {
          config_.page_tokens, pages_.n_free(), pages_.n_pages());
   std::vector<int32_t> out;
   out.reserve(size_t(std::max(n, 0)));
-  for (int32_t i = 0; i < n; ++i) out.push_back(*pages_.acquire());
+  for (int32_t i = 0; i < n; ++i) {
+    out.push_back(*pages_.acquire());
+    dirty_[size_t(out.back())] = 1;
+  }
   return out;
+}
+
+int32_t Pool::trim() {
+  std::lock_guard lock(mutex_);
+  const size_t k_page = quant::row_bytes(config_.storage, config_.k_width) * size_t(config_.page_tokens);
+  const size_t v_page = quant::row_bytes(config_.storage, config_.v_width) * size_t(config_.page_tokens);
+  int32_t trimmed = 0;
+  // Runs of consecutive free dirty pages are contiguous in K and in V: one discard each.
+  for (int32_t p = 0; p < pages_.n_pages();) {
+    if (!dirty_[size_t(p)] || pages_.refcount(p) != 0) {
+      ++p;
+      continue;
+    }
+    int32_t end = p;
+    while (end < pages_.n_pages() && dirty_[size_t(end)] && pages_.refcount(end) == 0) dirty_[size_t(end++)] = 0;
+    buffer_->discard(k_.offset + size_t(p) * k_page, size_t(end - p) * k_page);
+    buffer_->discard(v_.offset + size_t(p) * v_page, size_t(end - p) * v_page);
+    trimmed += end - p;
+    p = end;
+  }
+  return trimmed;
 }
 
 void Pool::retain(int32_t page) {

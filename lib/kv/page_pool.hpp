@@ -75,6 +75,10 @@ class Pool {
   std::vector<int32_t> acquire(int32_t n);
   void retain(int32_t page);
   void release(int32_t page);
+  // Hands the memory of every free page that was written since the last trim back
+  // to the backend's buffer (Buffer::discard), so that the pool's resident memory
+  // follows the pages in use. Called when a sequence ends. Returns the pages trimmed.
+  int32_t trim();
 
   const backend::Tensor& k() const { return k_; }
   const backend::Tensor& v() const { return v_; }
@@ -85,6 +89,7 @@ class Pool {
   PagePool pages_;
   std::unique_ptr<backend::Buffer> buffer_;
   backend::Tensor k_, v_;
+  std::vector<uint8_t> dirty_;  // [n_pages] acquired since the page was last trimmed
 };
 
 }  // namespace ember::kv

@@ -12,7 +12,10 @@ namespace ember::runtime {
 // device is not available in this build or on this machine.
 std::unique_ptr<backend::Backend> make_backend(Device device, int threads);
 
-// Threads to use when the host asked for 0: the hardware concurrency (at least 1).
+// Physical cores among the CPUs this process may run on (its affinity mask), SMT
+// siblings counted once; every allowed CPU when the topology cannot be read.
+int physical_cores();
+// Threads to use when the host asked for 0: physical_cores().
 int default_threads();
 
 }  // namespace ember::runtime

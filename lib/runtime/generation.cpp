@@ -28,7 +28,7 @@ Generation::Generation(Sequence& sequence, Sampler& sampler, const GenerateOptio
       sampler_(sampler),
       options_(options),
       on_token_(std::move(on_token)),
-      logprobs_(logprobs),
+      logprobs_(logprobs || options.logprobs),
       tokenizer_(sequence.model_impl().require_tokenizer()),
       decoder_(tokenizer_),
       filter_(options.stop_strings),

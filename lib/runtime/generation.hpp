@@ -42,7 +42,7 @@ class Generation {
   using Clock = std::chrono::steady_clock;
 
   // Checks `options` (invalid_argument naming the field) and appends `prompt` to
-  // the sequence as pending tokens. `logprobs`: compute TokenEvent::logprob.
+  // the sequence as pending tokens. `logprobs` (or options.logprobs): compute TokenEvent::logprob.
   Generation(Sequence& sequence, Sampler& sampler, const GenerateOptions& options, TokenSink on_token,
              std::span<const int32_t> prompt, bool logprobs = false);
 

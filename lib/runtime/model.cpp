@@ -90,27 +90,23 @@ const tok::Tokenizer& Model::Impl::require_tokenizer() const {
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
+namespace {
+
+void validate(const ModelOptions& options) {
   require(options.threads >= 0 && options.threads <= 1024, "ModelOptions::threads must be in [0, 1024], got {}",
           options.threads);
   require(options.kv_page_tokens >= 1 && options.kv_page_tokens <= 4096,
           "ModelOptions::kv_page_tokens must be in [1, 4096], got {}", options.kv_page_tokens);
   require(options.kv_pool_tokens >= 0 && options.kv_pool_tokens <= (int64_t(1) << 28),
           "ModelOptions::kv_pool_tokens must be in [0, 2^28], got {}", options.kv_pool_tokens);
-  auto impl = std::make_unique<Impl>();
+}
+
+// The part of every load after the image is parsed.
+std::unique_ptr<Model::Impl> build(std::shared_ptr<const gguf::File> file, const ModelOptions& options) {
+  auto impl = std::make_unique<Model::Impl>();
   impl->options = options;
   impl->logger = runtime::Logger(options.log);
   impl->threads = options.threads == 0 ? runtime::default_threads() : options.threads;
-
-  report(options, 0.0f);
-  std::shared_ptr<const gguf::File> file;
-  if (options.use_mmap) {
-    file = std::make_shared<const gguf::File>(gguf::File::open(path));
-    prefault(file->bytes(), options, 0.0f, 0.9f);
-  } else {
-    file = std::make_shared<const gguf::File>(
-        gguf::File::from_bytes(read_file(path, options, 0.0f, 0.9f), path.string()));
-  }
   impl->logger.info("loaded {}: GGUF v{}, {} tensors, {} metadata keys, {:.1f} MiB", file->name(), file->version(),
                     file->tensors().size(), file->metadata().size(), double(file->file_size()) / (1 << 20));
 
@@ -139,13 +135,76 @@ std::shared_ptr<Model> Model::load(const std::filesystem::path& path, const Mode
   if (impl->tokenizer) impl->info.tokenizer = impl->tokenizer->model() == tok::TokenizerModel::spm ? "spm" : "bpe";
   impl->info.chat_template = runtime::detect_chat_format(*file);
   report(options, 1.0f);
-  return std::shared_ptr<Model>(new Model(std::move(impl)));
+  return impl;
 }
+
+// Reads an image through the host's reader in 16 MiB steps, reporting progress in [0, 0.9].
+std::vector<std::byte> read_through(uint64_t size, const Model::ReadAt& read, const ModelOptions& options) {
+  require(bool(read), "Model::load_from_reader: the reader is empty");
+  require(size <= uint64_t(PTRDIFF_MAX), "Model::load_from_reader: an image of {} bytes cannot be held", size);
+  std::vector<std::byte> bytes;
+  try {
+    bytes.resize(size_t(size));
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::out_of_memory, "Model::load_from_reader: cannot allocate {} bytes for the image", size);
+  }
+  constexpr size_t kStep = size_t(16) << 20;
+  for (size_t done = 0; done < bytes.size();) {
+    const size_t n = std::min(kStep, bytes.size() - done);
+    if (!read(done, bytes.data() + done, n))
+      fail(ErrorCode::io, "Model::load_from_reader: the reader failed for {} bytes at offset {}", n, done);
+    done += n;
+    report(options, 0.9f * float(done) / float(bytes.size()));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::shared_ptr<Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
+  validate(options);
+  report(options, 0.0f);
+  std::shared_ptr<const gguf::File> file;
+  if (options.use_mmap) {
+    file = std::make_shared<const gguf::File>(gguf::File::open(path));
+    prefault(file->bytes(), options, 0.0f, 0.9f);
+  } else {
+    file = std::make_shared<const gguf::File>(
+        gguf::File::from_bytes(read_file(path, options, 0.0f, 0.9f), path.string()));
+  }
+  return std::shared_ptr<Model>(new Model(build(std::move(file), options)));
+}
+
+std::shared_ptr<Model> Model::load_from_memory(std::span<const std::byte> image, const ModelOptions& options,
+                                               bool copy) {
+  validate(options);
+  report(options, 0.0f);
+  std::shared_ptr<const gguf::File> file;
+  const bool aligned = reinterpret_cast<uintptr_t>(image.data()) % 8 == 0;
+  if (copy || !aligned) {
+    if (!copy && options.log)
+      options.log(LogLevel::warning, "load_from_memory: the image is not 8-byte aligned; ember reads a copy of it");
+    file = std::make_shared<const gguf::File>(
+        gguf::File::from_bytes(std::vector<std::byte>(image.begin(), image.end()), "<memory>"));
+  } else {
+    file = std::make_shared<const gguf::File>(gguf::File::from_view(image, "<memory>"));
+  }
+  report(options, 0.9f);
+  return std::shared_ptr<Model>(new Model(build(std::move(file), options)));
+}
+
+std::shared_ptr<Model> Model::load_from_reader(uint64_t size, const ReadAt& read, const ModelOptions& options) {
+  validate(options);
+  report(options, 0.0f);
+  auto file = std::make_shared<const gguf::File>(gguf::File::from_bytes(read_through(size, read, options), "<reader>"));
+  return std::shared_ptr<Model>(new Model(build(std::move(file), options)));
+}
+
 
 std::shared_ptr<kv::Pool> Model::Impl::kv_pool(quant::DType storage) const {
   std::lock_guard lock(kv_mutex);
-  auto& pool = kv_pools[storage];
-  if (!pool) {
+  if (const auto it = kv_pools.find(storage); it != kv_pools.end()) return it->second;
+  {
     const model::HParams& hp = loaded->hparams;
     const int64_t tokens =
         options.kv_pool_tokens > 0 ? options.kv_pool_tokens : 4 * std::min<int64_t>(hp.n_ctx_train, 32768);
@@ -153,14 +212,31 @@ std::shared_ptr<kv::Pool> Model::Impl::kv_pool(quant::DType storage) const {
     pc.k_width = pc.v_width = int64_t(hp.n_head_kv) * hp.head_dim_k;
     pc.storage = storage;
     pc.page_tokens = options.kv_page_tokens;
-    const int64_t pages = (tokens + pc.page_tokens - 1) / pc.page_tokens * hp.n_layer;
+    int64_t pages = (tokens + pc.page_tokens - 1) / pc.page_tokens * hp.n_layer;
+    if (options.kv_memory_budget > 0) {
+      size_t reserved = 0;
+      for (const auto& [type, other] : kv_pools) reserved += other->stats().bytes_total();
+      const size_t page_bytes =
+          (quant::row_bytes(storage, pc.k_width) + quant::row_bytes(storage, pc.v_width)) * size_t(pc.page_tokens);
+      const size_t left = options.kv_memory_budget > reserved ? options.kv_memory_budget - reserved : 0;
+      // Whole pages of every layer, so that each layer can hold the same tokens.
+      const int64_t fit = int64_t(left / (page_bytes * size_t(hp.n_layer))) * hp.n_layer;
+      if (fit <= 0)
+        fail(ErrorCode::invalid_argument,
+             "ModelOptions::kv_memory_budget of {} bytes leaves {} bytes, less than one {}-token page of every layer "
+             "({} bytes) for a {} KV pool",
+             options.kv_memory_budget, left, pc.page_tokens, page_bytes * size_t(hp.n_layer),
+             quant::type_name(storage));
+      pages = std::min(pages, fit);
+    }
     require(pages <= INT32_MAX, "ModelOptions::kv_pool_tokens: {} pages are too many", pages);
     pc.n_pages = int32_t(pages);
-    pool = std::make_shared<kv::Pool>(*owner_backend, pc);
+    auto pool = std::make_shared<kv::Pool>(*owner_backend, pc);
+    kv_pools[storage] = pool;
     logger.debug("KV pool {}: {} pages of {} tokens, {:.1f} MiB reserved", quant::type_name(storage), pc.n_pages,
                  pc.page_tokens, double(pool->stats().bytes_total()) / (1 << 20));
+    return pool;
   }
-  return pool;
 }
 
 runtime::Executor& Model::Impl::executor() const {
@@ -212,6 +288,7 @@ KVPoolMemory Model::kv_memory() const {
 
 const ModelInfo& Model::info() const { return impl_->info; }
 const ModelOptions& Model::options() const { return impl_->options; }
+int Model::threads() const { return impl_->threads; }
 
 std::vector<int32_t> Model::tokenize(std::string_view text, bool add_bos, bool parse_special) const {
   return impl_->require_tokenizer().encode(text, add_bos, parse_special);

@@ -104,6 +104,8 @@ Sequence::~Sequence() {
   std::lock_guard lock(ex_.mutex());
   cache_.remove(id_);
   cache_.erase_policy(id_);
+  // A sequence ending is when the host expects memory back (a session closed).
+  cache_.trim_pool();
 }
 
 void Sequence::append(std::span<const int32_t> tokens) {

@@ -79,14 +79,17 @@ struct Session::Impl {
   }
 
   GenerateResult generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opts,
-                          const TokenCallback& on_piece);
+                          runtime::TokenSink sink);
+
+  // A piece callback as a token sink: it sees only non-empty text.
+  static runtime::TokenSink piece_sink(const TokenCallback& on_piece) {
+    if (!on_piece) return {};
+    return [&on_piece](const TokenEvent& e) { return e.text.empty() ? Control::proceed : on_piece(e.text); };
+  }
 };
 
 GenerateResult Session::Impl::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opts,
-                                       const TokenCallback& on_piece) {
-  runtime::TokenSink sink;
-  if (on_piece)
-    sink = [&](const TokenEvent& e) { return e.text.empty() ? Control::proceed : on_piece(e.text); };
+                                       runtime::TokenSink sink) {
   runtime::Generation generation(seq, sampler, opts, std::move(sink), prompt);
   if (take_early_cancel()) generation.finish(StopReason::cancelled);
   while (!generation.done()) {
@@ -145,12 +148,24 @@ GenerateResult Session::generate(std::string_view prompt, Sampler& sampler, cons
                                  const TokenCallback& on_piece) {
   const auto ids = prompt.empty() ? std::vector<int32_t>{}
                                   : impl_->tokenize_prompt(prompt, options.add_bos, options.parse_special);
-  return impl_->generate(ids, sampler, options, on_piece);
+  return impl_->generate(ids, sampler, options, Impl::piece_sink(on_piece));
 }
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options,
                                  const TokenCallback& on_piece) {
-  return impl_->generate(prompt, sampler, options, on_piece);
+  return impl_->generate(prompt, sampler, options, Impl::piece_sink(on_piece));
+}
+
+GenerateResult Session::generate(std::string_view prompt, Sampler& sampler, const GenerateOptions& options,
+                                 const TokenEventCallback& on_token) {
+  const auto ids = prompt.empty() ? std::vector<int32_t>{}
+                                  : impl_->tokenize_prompt(prompt, options.add_bos, options.parse_special);
+  return impl_->generate(ids, sampler, options, runtime::TokenSink(on_token));
+}
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options,
+                                 const TokenEventCallback& on_token) {
+  return impl_->generate(prompt, sampler, options, runtime::TokenSink(on_token));
 }
 
 void Session::cancel() noexcept { impl_->cancel_flag.store(true); }

@@ -1,6 +1,7 @@
 // ember::Sampler: options check, history, and the chain of sampling/*.hpp steps.
 #include "ember/sampler.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -35,6 +36,23 @@ void validate(const SamplerOptions& o) {
           o.presence_penalty);
   require(o.penalty_last_n >= -1,
           "SamplerOptions.penalty_last_n must be >= -1 (-1 = whole history, 0 = off), got {}", o.penalty_last_n);
+  for (size_t i = 0; i < o.logit_bias.size(); ++i) {
+    const auto& [token, bias] = o.logit_bias[i];
+    require(token >= 0, "SamplerOptions.logit_bias[{}]: token must be >= 0, got {}", i, token);
+    require(std::isfinite(bias), "SamplerOptions.logit_bias[{}]: the bias of token {} must be finite, got {}", i,
+            token, bias);
+  }
+  for (size_t i = 0; i < o.banned_tokens.size(); ++i)
+    require(o.banned_tokens[i] >= 0, "SamplerOptions.banned_tokens[{}] must be >= 0, got {}", i,
+            o.banned_tokens[i]);
+}
+
+// The largest token id the options name (bias or ban), -1 when none.
+int32_t max_listed_token(const SamplerOptions& o) {
+  int32_t most = -1;
+  for (const auto& entry : o.logit_bias) most = std::max(most, entry.first);
+  for (const int32_t token : o.banned_tokens) most = std::max(most, token);
+  return most;
 }
 
 // fill_top_candidates() (a heap of the k best) is used when k is at most 1/8 of
@@ -79,7 +97,8 @@ struct Sampler::Impl {
         penalties{o.repetition_penalty, o.frequency_penalty, o.presence_penalty},
         penalties_on(penalties.active() && o.penalty_last_n != 0),
         rng(resolved_seed),
-        history(penalties_on ? o.penalty_last_n : 0) {}
+        history(penalties_on ? o.penalty_last_n : 0),
+        max_listed(max_listed_token(o)) {}
 
   SamplerOptions options;
   uint64_t seed;                   // the seed in use: options.seed, or the one drawn for kRandomSeed
@@ -87,6 +106,7 @@ struct Sampler::Impl {
   bool penalties_on;               // penalties can change a logit and the window is not empty
   sampling::Rng rng;
   sampling::TokenHistory history;  // empty when penalties are off: nothing reads it
+  int32_t max_listed;              // largest id in logit_bias / banned_tokens, -1 when both are empty
   Scratch scratch;
 };
 
@@ -123,14 +143,20 @@ int32_t Sampler::sample(std::span<const float> logits) {
   Impl& s = *impl_;
   try {
     std::span<const float> source = logits;
-    if (s.history.size() > 0) {
+    if (s.history.size() > 0 || s.max_listed >= 0) {
       sampling::check_logits_size(logits);
       const int32_t max_token = s.history.max_token();
-      require(static_cast<size_t>(max_token) < logits.size(),
+      require(static_cast<size_t>(max_token + 1) <= logits.size(),
               "Sampler::sample: accepted token {} is outside the vocabulary of {} logits", max_token, logits.size());
+      require(static_cast<size_t>(s.max_listed + 1) <= logits.size(),
+              "Sampler::sample: token {} of logit_bias or banned_tokens is outside the vocabulary of {} logits",
+              s.max_listed, logits.size());
       s.scratch.penalized.assign(logits.begin(), logits.end());
-      sampling::apply_penalties(s.scratch.penalized, s.history.counts(), s.penalties);
-      source = s.scratch.penalized;  // NaN and +inf pass the penalties unchanged and are rejected below
+      std::vector<float>& work = s.scratch.penalized;
+      for (const auto& [token, bias] : s.options.logit_bias) work[size_t(token)] += bias;
+      if (s.history.size() > 0) sampling::apply_penalties(work, s.history.counts(), s.penalties);
+      for (const int32_t token : s.options.banned_tokens) work[size_t(token)] = -INFINITY;
+      source = work;  // NaN and +inf pass the penalties unchanged and are rejected below
     }
 
     // Greedy: the filters never remove the top-ranked token, so they cannot change

@@ -315,3 +315,60 @@ TEST_CASE("options() returns the options given", "[sampling][sampler]") {
   CHECK(o.seed == 42);
   CHECK(sampler.seed() == 42);
 }
+
+TEST_CASE("logit bias shifts logits before everything else", "[sampling][sampler][bias]") {
+  SamplerOptions options = Sampler::greedy().options();
+  options.logit_bias = {{0, 5.0f}};
+  Sampler biased(options);
+  CHECK(biased.sample(std::vector<float>{0.0f, 1.0f, 2.0f}) == 0);  // 5 > 2
+  options.logit_bias = {{0, 1.0f}, {0, 1.5f}};                       // listed twice: both count
+  Sampler twice(options);
+  CHECK(twice.sample(std::vector<float>{0.0f, 1.0f, 2.0f}) == 0);  // 2.5 > 2
+  options.logit_bias = {{2, -10.0f}};
+  Sampler lowered(options);
+  CHECK(lowered.sample(std::vector<float>{0.0f, 1.0f, 2.0f}) == 1);
+
+  // At temperature 1 a +100 bias makes the token certain, whatever the seed.
+  SamplerOptions random = plain(7);
+  random.logit_bias = {{13, 100.0f}};
+  Sampler sampler(random);
+  for (int i = 0; i < 200; ++i) REQUIRE(sampler.sample(some_logits()) == 13);
+}
+
+TEST_CASE("banned tokens are never picked", "[sampling][sampler][ban]") {
+  SamplerOptions options = Sampler::greedy().options();
+  options.banned_tokens = {2};
+  Sampler greedy(options);
+  CHECK(greedy.sample(std::vector<float>{0.0f, 1.0f, 2.0f}) == 1);
+
+  // Bans act after the bias and the penalties: a huge bias cannot revive a banned token.
+  SamplerOptions random = plain(11);
+  random.banned_tokens = {0, 1, 2, 3, 4, 5};
+  random.logit_bias = {{3, 50.0f}};
+  Sampler sampler(random);
+  std::set<int32_t> seen;
+  for (int i = 0; i < 2000; ++i) seen.insert(sampler.sample(some_logits()));
+  CHECK(*seen.begin() == 6);
+  CHECK(seen.size() > 20);
+}
+
+TEST_CASE("bad logit bias and bans are rejected", "[sampling][sampler][ban][errors]") {
+  SamplerOptions options = Sampler::greedy().options();
+  options.logit_bias = {{-1, 1.0f}};
+  expect_invalid([&] { Sampler s(options); }, "logit_bias[0]");
+  options.logit_bias = {{1, kNaN}};
+  expect_invalid([&] { Sampler s(options); }, "must be finite");
+  options.logit_bias = {};
+  options.banned_tokens = {3, -2};
+  expect_invalid([&] { Sampler s(options); }, "banned_tokens[1]");
+
+  // Ids beyond the vocabulary are found at sample time; the sampler is unchanged.
+  options.banned_tokens = {9};
+  Sampler sampler(options);
+  expect_invalid([&] { sampler.sample(std::vector<float>{0.0f, 1.0f}); }, "outside the vocabulary");
+  CHECK(sampler.sample(std::vector<float>(10, 0.0f)) == 0);
+  // Banning the whole vocabulary leaves nothing to pick.
+  options.banned_tokens = {0, 1};
+  Sampler all(options);
+  CHECK_THROWS_AS(all.sample(std::vector<float>{0.0f, 1.0f}), ember::Error);
+}
