@@ -3,7 +3,7 @@
 # Uses sudo when not run as root. Prints nothing when everything is present.
 set -euo pipefail
 
-packages=(build-essential cmake git python3 python3-pip libeigen3-dev libfmt-dev catch2 libbenchmark-dev)
+packages=(build-essential cmake git pkg-config python3 python3-pip libeigen3-dev libfmt-dev catch2 libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,7 +19,16 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown when the arguments hold -h or --help: main prints the command's usage on
+// stdout and exits with code 0.
+struct HelpRequested {};
+
 // Parsed "--flag value" / "-f value" / "--switch" arguments of one command.
+//
+// Besides each command's own aliases, llama.cpp's spellings are accepted wherever
+// the command has the flag they mean (kLlamaAliases: -c/--ctx-size, -s, -ctk/-ctv,
+// --frequency-penalty, ...), and -ngl N / --n-gpu-layers N is accepted by every
+// command and ignored with a note (ember's CLI runs on the CPU).
 class Args {
  public:
   // `flags_with_values` and `switches` list the accepted names (with dashes);
@@ -58,15 +67,34 @@ class ProgressBar {
   int last_percent_ = -1;
 };
 
+// llama.cpp's spellings of flags ember names otherwise (applied by every Args).
+inline const std::map<std::string, std::string> kLlamaAliases = {
+    {"-c", "--ctx"},
+    {"--ctx-size", "--ctx"},
+    {"-s", "--seed"},
+    {"--frequency-penalty", "--freq-penalty"},
+    {"-ctk", "--cache-type-k"},
+    {"-ctv", "--cache-type-v"},
+    {"-f", "--file"},
+    {"-e", "--escape"},
+    {"--threads-batch", "--threads"},
+};
+
 // KV-cache flags shared by run and perplexity:
 //   --kv-type f16|f32|int8|int4  --kv-group 32|64  --evict none|streaming|h2o
 //   --sinks N --window N (streaming)  --heavy N --recent N (h2o)
-inline const std::vector<std::string> kKVFlags = {"--kv-type", "--kv-group", "--evict", "--sinks",
-                                                  "--window",  "--heavy",    "--recent"};
+//   -ctk/-ctv (--cache-type-k/v) f16|f32|q8_0|q4_1, llama.cpp's names: keys and
+//   values share one type in ember, so both must agree (q8_0 = int8 g32, q4_1 = int4 g32)
+inline const std::vector<std::string> kKVFlags = {"--kv-type", "--kv-group",     "--evict",        "--sinks",
+                                                  "--window",  "--heavy",        "--recent",       "--cache-type-k",
+                                                  "--cache-type-v"};
 // Reads them into `kv` (leaving max_tokens alone). Throws UsageError for bad values.
 void apply_kv_args(const Args& args, KVCacheOptions& kv);
 // "int8 (group 32), streaming: 4 sinks + 1020 window" and the like.
 std::string describe_kv(const KVCacheOptions& kv);
+
+// Replaces the escapes llama.cpp's -e understands (\n \t \r \\ \" \' \xHH) in `text`.
+std::string process_escapes(const std::string& text);
 
 int cmd_logits(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);

@@ -106,7 +106,7 @@ int cmd_batched_bench(const std::vector<std::string>& argv) {
   const bool invariant = !args.has("--llama-order");
 
   auto model = load_model(model_path, threads, args.has("--verbose"));
-  const int used_threads = threads == 0 ? int(std::thread::hardware_concurrency()) : threads;
+  const int used_threads = model->threads();
   std::mt19937 rng(1234);
   // Warm-up at the largest shape: pages in the weights, starts the thread pool and
   // commits the KV pool memory the runs will use (first writes fault pages in).

@@ -1,6 +1,7 @@
 // ember info: what a model is and what it costs in memory.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli.hpp"
@@ -8,8 +9,10 @@
 namespace ember::cli {
 
 int cmd_info(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--model"}, {"--verbose"}, {{"-m", "--model"}, {"-v", "--verbose"}});
-  auto model = load_model(args.get("--model"), 1, args.has("--verbose"));
+  const Args args(argv, {"--model", "--threads"}, {"--verbose"},
+                  {{"-m", "--model"}, {"-t", "--threads"}, {"-v", "--verbose"}});
+  // Loading starts no thread: the pool starts with the first session, which info never makes.
+  auto model = load_model(args.get("--model"), int(args.get_int("--threads", 0, 0, 1024)), args.has("--verbose"));
   const ModelInfo& i = model->info();
   const double mib = 1024.0 * 1024.0;
   std::string out;
@@ -49,6 +52,12 @@ int cmd_info(const std::vector<std::string>& argv) {
     out += fmt::format("  {:<9} {:>8} bytes ({:.2f}x f16), {:.1f} MiB for 4096 tokens\n", k.name, b,
                        double(b) / double(f16_bytes), double(b) * 4096 / mib);
   }
+  // What the model's KV pool reserves (address space; pages are committed when
+  // written and handed back when the sessions using them end).
+  out += fmt::format("KV pool (f16):    {:.1f} MiB reserved on first use, {:.0f} tokens of every layer\n",
+                     double(model->kv_pool_bytes()) / mib,
+                     double(model->kv_pool_bytes()) / double(std::max<size_t>(f16_bytes, 1)));
+  out += fmt::format("threads:          {} (ModelOptions::threads 0 = physical cores)\n", model->threads());
   std::fputs(out.c_str(), stdout);
   return 0;
 }

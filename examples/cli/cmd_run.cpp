@@ -1,5 +1,7 @@
 // ember run: stream a continuation of a prompt.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "cli.hpp"
 #include "sampling_args.hpp"
@@ -7,14 +9,25 @@
 namespace ember::cli {
 
 int cmd_run(const std::vector<std::string>& argv) {
-  std::vector<std::string> flags = {"--model", "--prompt", "--n-predict", "--threads", "--ctx"};
+  std::vector<std::string> flags = {"--model", "--prompt", "--file", "--n-predict", "--threads", "--ctx"};
   flags.insert(flags.end(), kSamplingFlags.begin(), kSamplingFlags.end());
   flags.insert(flags.end(), kKVFlags.begin(), kKVFlags.end());
-  const Args args(argv, flags, {"--chat", "--verbose", "--ignore-eos"},
+  const Args args(argv, flags, {"--chat", "--verbose", "--ignore-eos", "--escape", "--no-display-prompt"},
                   {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}, {"-t", "--threads"},
                    {"-c", "--ctx"}, {"-v", "--verbose"}});
   const std::string model_path = args.get("--model");
-  std::string prompt = args.get("--prompt");
+  if (args.has("--prompt") == args.has("--file")) throw UsageError("give the prompt with -p TEXT or -f FILE (one of them)");
+  std::string prompt;
+  if (args.has("--file")) {
+    std::ifstream in(args.get("--file"), std::ios::binary);
+    if (!in) throw Error(ErrorCode::io, "cannot open the prompt file '" + args.get("--file") + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    prompt = text.str();
+  } else {
+    prompt = args.get("--prompt");
+  }
+  if (args.has("--escape")) prompt = process_escapes(prompt);
   GenerateOptions gen;
   gen.max_tokens = int32_t(args.get_int("--n-predict", 128, 0, 1 << 24));
   gen.stop_at_end_of_generation = !args.has("--ignore-eos");
@@ -29,7 +42,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     prompt = model->apply_chat_template(std::span(&turn, 1), true);
   }
   auto session = model->new_session(session_options);
-  if (!args.has("--chat")) {
+  if (!args.has("--chat") && !args.has("--no-display-prompt")) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "cli.hpp"
@@ -14,9 +15,26 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>&
   auto contains = [](const std::vector<std::string>& v, const std::string& s) {
     return std::find(v.begin(), v.end(), s) != v.end();
   };
+  for (const std::string& a : argv)
+    if (a == "-h" || a == "--help") throw HelpRequested{};
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string name = argv[i];
-    if (auto it = aliases.find(name); it != aliases.end()) name = it->second;
+    if (auto it = aliases.find(name); it != aliases.end()) {
+      name = it->second;
+    } else if (auto ll = kLlamaAliases.find(name);
+               ll != kLlamaAliases.end() && (contains(flags_with_values, ll->second) || contains(switches, ll->second))) {
+      name = ll->second;
+    }
+    if (name == "-ngl" || name == "--n-gpu-layers" || name == "--gpu-layers") {
+      if (i + 1 >= argv.size()) throw UsageError(fmt::format("{} needs a value", argv[i]));
+      const std::string& v = argv[++i];
+      char* end = nullptr;
+      std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0') throw UsageError(fmt::format("{} must be an integer, got '{}'", argv[i - 1], v));
+      std::fprintf(stderr, "ember: note: %s %s is ignored: the ember CLI runs every layer on the CPU\n",
+                   argv[i - 1].c_str(), v.c_str());
+      continue;
+    }
     if (contains(switches, name)) {
       values_[name] = "1";
     } else if (contains(flags_with_values, name)) {
@@ -108,8 +126,30 @@ std::shared_ptr<Model> load_model(const std::string& path, int threads, bool ver
   return model;
 }
 
+namespace {
+// llama.cpp's cache type names with the same meaning as one of ember's storages.
+std::string kv_type_from_llama(const std::string& flag, const std::string& name) {
+  if (name == "f16" || name == "f32") return name;
+  if (name == "q8_0") return "int8";
+  if (name == "q4_1") return "int4";
+  throw UsageError(fmt::format("{} {}: ember stores the cache as f16, f32, q8_0 (its int8, group 32) or q4_1 (its "
+                               "int4, group 32, with a minimum)",
+                               flag, name));
+}
+}  // namespace
+
 void apply_kv_args(const Args& args, KVCacheOptions& kv) {
-  const std::string type = args.get_or("--kv-type", "f16");
+  std::string type = args.get_or("--kv-type", "");
+  for (const char* flag : {"--cache-type-k", "--cache-type-v"}) {
+    if (!args.has(flag)) continue;
+    const std::string t = kv_type_from_llama(flag, args.get(flag));
+    if (!type.empty() && t != type)
+      throw UsageError(fmt::format("{} {} disagrees with the other cache type ({}): ember stores keys and values in "
+                                   "one type",
+                                   flag, args.get(flag), type));
+    type = t;
+  }
+  if (type.empty()) type = "f16";
   if (type == "f16") {
     kv.storage = KVStorage::f16;
   } else if (type == "f32") {
@@ -154,6 +194,41 @@ std::string describe_kv(const KVCacheOptions& kv) {
     case KVEviction::h2o:
       out += ", h2o: " + std::to_string(kv.heavy) + " heavy + " + std::to_string(kv.recent) + " recent";
       break;
+  }
+  return out;
+}
+
+}  // namespace ember::cli
+
+namespace ember::cli {
+
+std::string process_escapes(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char c = text[++i];
+    switch (c) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case '\\': out += '\\'; break;
+      case '"': out += '"'; break;
+      case '\'': out += '\''; break;
+      case 'x':
+        if (i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+          out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+          break;
+        }
+        [[fallthrough]];
+      default:
+        out += '\\';
+        out += c;
+    }
   }
   return out;
 }

@@ -1,7 +1,9 @@
 // ember: command-line front end of the library.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -9,70 +11,137 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: ember <command> [options]
+using ember::cli::cmd_batched_bench;
 
-commands:
-  run         -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
-              [--repeat-penalty R] [--seed S] [-t THREADS] [--ctx N] [--chat] [KV options]
-              stream a continuation of PROMPT (with --chat: as one user turn)
-  chat        -m MODEL [-n N] [--system TEXT] [--temp T] [--seed S] [-t THREADS] [--ctx N]
-              interactive multi-turn chat in the model's chat format (terminal or pipe)
-  perplexity  -m MODEL -f FILE [--ctx N] [-t THREADS] [KV options]
-              perplexity of a text, scored like llama-perplexity
-              --stream [--tokens N] [--batch 16] [--segment 1000] [--restart N] [--csv FILE]:
-              read the text as one stream through a bounded cache, perplexity per segment
-  bench       -m MODEL [-p 512] [-n 64] [-t THREADS] [--json]
-              prefill and decode speed
-  batched-bench -m MODEL [-npp 128] [-ntg 128] [-npl 1,2,4,8,16] [-t THREADS] [-r 1] [--json]
-              aggregate speed of N concurrent requests through the Engine (as llama-batched-bench)
-  logits      -m MODEL --tokens "1 5 9" -o FILE [-t THREADS]
-              write float32 [n_tokens][vocab] logits, row-major little-endian
-  tokenize    -m MODEL -p TEXT [--bos] [--special]
-              print token ids (no BOS unless --bos; special tokens only with --special)
-  info        -m MODEL
-              architecture, hyper-parameters, tensor types and memory use
-  version     print the version
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+  const char* usage;  // "ember NAME ..." lines and a description; printed for -h and wrong arguments
+};
 
-KV options (run, perplexity):
+constexpr const char* kKVUsage = R"(
+KV options:
   --kv-type f16|f32|int8|int4   storage of keys and values (default f16)
+  -ctk, -ctv f16|f32|q8_0|q4_1  llama.cpp's spelling of the same (keys and values agree)
   --kv-group 32|64              values per scale for int8/int4 (default 32)
   --evict none|streaming|h2o    policy when the cache is full (default none: error)
   --sinks N --window N          streaming: keep N first tokens + the last N (4, 1020)
   --heavy N --recent N          h2o: keep N most-attended + the last N (128, 128)
-
-Wrong arguments exit with code 2, errors with code 1.
 )";
+
+constexpr const char* kSamplingUsage = R"(
+sampling options:
+  --temp T (0.8)  --top-k K (40)  --top-p P (0.95)  --min-p P (0.05)  -s, --seed S
+  --repeat-penalty R (1)  --repeat-last-n N (64)  --presence-penalty P (0)
+  --freq-penalty P, --frequency-penalty P (0)
+)";
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list = {
+      {"run", ember::cli::cmd_run, R"(ember run -m MODEL (-p PROMPT | -f FILE) [-n N] [-t THREADS] [-c CTX] [--chat]
+          [-e] [--no-display-prompt] [--ignore-eos] [sampling options] [KV options]
+  Streams a continuation of PROMPT (with --chat: the reply to it as one user turn).
+  -m, --model FILE       GGUF model
+  -p, --prompt TEXT      the prompt;  -f, --file FILE: read it from a file
+  -n, --n-predict N      tokens to generate (default 128)
+  -t, --threads N        threads (default 0: the physical cores)
+  -c, --ctx, --ctx-size N  context length (default 4096)
+  -e, --escape           process \n \t \\ \" \xHH escapes in the prompt
+  --no-display-prompt    do not echo the prompt
+)"},
+      {"chat", ember::cli::cmd_chat, R"(ember chat -m MODEL [-n N] [--system TEXT] [-t THREADS] [-c CTX] [sampling options]
+  Interactive multi-turn chat in the model's chat format (terminal or pipe).
+)"},
+      {"perplexity", ember::cli::cmd_perplexity, R"(ember perplexity -m MODEL -f FILE [-c CTX] [-t THREADS] [KV options]
+          [--stream [--tokens N] [--batch 16] [--segment 1000] [--restart N] [--csv FILE]]
+  Perplexity of a text, scored like llama-perplexity (windows of CTX tokens, second
+  half scored). --stream reads the text as one stream through a bounded cache and
+  reports perplexity per segment.
+)"},
+      {"bench", ember::cli::cmd_bench, R"(ember bench -m MODEL [-p 512] [-n 64] [-t THREADS] [-r 1] [--json]
+  Prefill and decode speed, reported like llama-bench.
+)"},
+      {"batched-bench", cmd_batched_bench, R"(ember batched-bench -m MODEL [-npp 128] [-ntg 128] [-npl 1,2,4,8,16] [-t THREADS] [-r 1]
+          [--json] [--llama-order]
+  Aggregate speed of N concurrent requests through the Engine (as llama-batched-bench).
+)"},
+      {"logits", ember::cli::cmd_logits, R"(ember logits -m MODEL --tokens "1 5 9" -o FILE [-t THREADS]
+  Writes float32 [n_tokens][vocab] logits, row-major little-endian.
+)"},
+      {"tokenize", ember::cli::cmd_tokenize, R"(ember tokenize -m MODEL -p TEXT [--bos] [--special]
+  Prints token ids (no BOS unless --bos; special tokens only with --special).
+)"},
+      {"info", ember::cli::cmd_info, R"(ember info -m MODEL [-t THREADS]
+  Architecture, hyper-parameters, tensor types, memory use, the KV pool's reservation
+  and the threads the model would use.
+)"},
+  };
+  return list;
+}
+
+// The usage of one command, with the option groups it takes.
+std::string usage_of(const Command& c) {
+  std::string u = std::string("usage: ") + c.usage;
+  const std::string name = c.name;
+  if (name == "run" || name == "chat") u += kSamplingUsage;
+  if (name == "run" || name == "perplexity") u += kKVUsage;
+  u += "\nllama.cpp's -ngl N is accepted and ignored (the CLI runs on the CPU).\n";
+  return u;
+}
+
+std::string overall_usage() {
+  std::string u = "usage: ember <command> [options]   (ember <command> --help for its options)\n\ncommands:\n";
+  for (const Command& c : commands()) {
+    // The description: the first line indented by exactly two spaces.
+    std::string description;
+    size_t at = 0;
+    for (std::string_view text = c.usage; at < text.size();) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      const std::string_view line = text.substr(at, end - at);
+      if (line.size() > 2 && line.starts_with("  ") && line[2] != ' ') {
+        description = line.substr(2);
+        break;
+      }
+      at = end + 1;
+    }
+    u += fmt::format("  {:<14}{}\n", c.name, description);
+  }
+  u += "  version       print the version\n\nWrong arguments exit with code 2, errors with code 1.\n";
+  return u;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace ember::cli;
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(overall_usage().c_str(), stderr);
     return 2;
   }
-  const std::string command = argv[1];
+  const std::string name = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  if (name == "version" || name == "--version") {
+    std::printf("ember %s (API %d)\n", ember::version_string(), ember::api_version());
+    return 0;
+  }
+  if (name == "help" || name == "--help" || name == "-h") {
+    std::fputs(overall_usage().c_str(), stdout);
+    return 0;
+  }
+  const Command* command = nullptr;
+  for (const Command& c : commands())
+    if (name == c.name) command = &c;
+  if (!command) {
+    std::fprintf(stderr, "ember: unknown command '%s'\n\n%s", name.c_str(), overall_usage().c_str());
+    return 2;
+  }
   try {
-    if (command == "run") return cmd_run(args);
-    if (command == "chat") return cmd_chat(args);
-    if (command == "perplexity") return cmd_perplexity(args);
-    if (command == "bench") return cmd_bench(args);
-    if (command == "batched-bench") return cmd_batched_bench(args);
-    if (command == "logits") return cmd_logits(args);
-    if (command == "tokenize") return cmd_tokenize(args);
-    if (command == "info") return cmd_info(args);
-    if (command == "version" || command == "--version") {
-      std::printf("ember %s (API %d)\n", ember::version_string(), ember::api_version());
-      return 0;
-    }
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    throw UsageError(fmt::format("unknown command '{}'", command));
+    return command->run(args);
+  } catch (const HelpRequested&) {
+    std::fputs(usage_of(*command).c_str(), stdout);
+    return 0;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "ember: %s\n\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "ember %s: %s\n\n%s", command->name, e.what(), usage_of(*command).c_str());
     return 2;
   } catch (const ember::Error& e) {
     std::fprintf(stderr, "ember: error (%s): %s\n", ember::to_string(e.code()), e.what());

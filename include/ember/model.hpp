@@ -131,6 +131,11 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   int threads() const;
   // Pages and bytes of the KV pools shared by this model's sessions.
   KVPoolMemory kv_memory() const;
+  // Bytes of address space the KV pool of this storage reserves (now, or when a
+  // session first uses it): ModelOptions::kv_pool_tokens and kv_memory_budget
+  // applied. Memory is committed only as pages are written. Throws invalid_argument
+  // when the budget has no room left for such a pool; 0 for a vocab-only model.
+  size_t kv_pool_bytes(KVStorage storage = KVStorage::f16, int32_t group_size = 32) const;
   // Bytes of keys and values one cached token takes over all layers (0 when the
   // storage does not fit the head size, or the model has no weights).
   size_t kv_bytes_per_token(KVStorage storage, int32_t group_size = 32) const;

@@ -201,42 +201,58 @@ std::shared_ptr<Model> Model::load_from_reader(uint64_t size, const ReadAt& read
 }
 
 
+kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) const {
+  const model::HParams& hp = loaded->hparams;
+  const int64_t tokens =
+      options.kv_pool_tokens > 0 ? options.kv_pool_tokens : 4 * std::min<int64_t>(hp.n_ctx_train, 32768);
+  kv::PoolConfig pc;
+  pc.k_width = pc.v_width = int64_t(hp.n_head_kv) * hp.head_dim_k;
+  pc.storage = storage;
+  pc.page_tokens = options.kv_page_tokens;
+  int64_t pages = (tokens + pc.page_tokens - 1) / pc.page_tokens * hp.n_layer;
+  if (options.kv_memory_budget > 0) {
+    const size_t page_bytes =
+        (quant::row_bytes(storage, pc.k_width) + quant::row_bytes(storage, pc.v_width)) * size_t(pc.page_tokens);
+    const size_t left = options.kv_memory_budget > reserved ? options.kv_memory_budget - reserved : 0;
+    // Whole pages of every layer, so that each layer can hold the same tokens.
+    const int64_t fit = int64_t(left / (page_bytes * size_t(hp.n_layer))) * hp.n_layer;
+    if (fit <= 0)
+      fail(ErrorCode::invalid_argument,
+           "ModelOptions::kv_memory_budget of {} bytes leaves {} bytes, less than one {}-token page of every layer "
+           "({} bytes) for a {} KV pool",
+           options.kv_memory_budget, left, pc.page_tokens, page_bytes * size_t(hp.n_layer), quant::type_name(storage));
+    pages = std::min(pages, fit);
+  }
+  require(pages <= INT32_MAX, "ModelOptions::kv_pool_tokens: {} pages are too many", pages);
+  pc.n_pages = int32_t(pages);
+  return pc;
+}
+
+size_t Model::Impl::reserved_kv_bytes() const {
+  size_t reserved = 0;
+  for (const auto& [type, pool] : kv_pools) reserved += pool->stats().bytes_total();
+  return reserved;
+}
+
 std::shared_ptr<kv::Pool> Model::Impl::kv_pool(quant::DType storage) const {
   std::lock_guard lock(kv_mutex);
   if (const auto it = kv_pools.find(storage); it != kv_pools.end()) return it->second;
-  {
-    const model::HParams& hp = loaded->hparams;
-    const int64_t tokens =
-        options.kv_pool_tokens > 0 ? options.kv_pool_tokens : 4 * std::min<int64_t>(hp.n_ctx_train, 32768);
-    kv::PoolConfig pc;
-    pc.k_width = pc.v_width = int64_t(hp.n_head_kv) * hp.head_dim_k;
-    pc.storage = storage;
-    pc.page_tokens = options.kv_page_tokens;
-    int64_t pages = (tokens + pc.page_tokens - 1) / pc.page_tokens * hp.n_layer;
-    if (options.kv_memory_budget > 0) {
-      size_t reserved = 0;
-      for (const auto& [type, other] : kv_pools) reserved += other->stats().bytes_total();
-      const size_t page_bytes =
-          (quant::row_bytes(storage, pc.k_width) + quant::row_bytes(storage, pc.v_width)) * size_t(pc.page_tokens);
-      const size_t left = options.kv_memory_budget > reserved ? options.kv_memory_budget - reserved : 0;
-      // Whole pages of every layer, so that each layer can hold the same tokens.
-      const int64_t fit = int64_t(left / (page_bytes * size_t(hp.n_layer))) * hp.n_layer;
-      if (fit <= 0)
-        fail(ErrorCode::invalid_argument,
-             "ModelOptions::kv_memory_budget of {} bytes leaves {} bytes, less than one {}-token page of every layer "
-             "({} bytes) for a {} KV pool",
-             options.kv_memory_budget, left, pc.page_tokens, page_bytes * size_t(hp.n_layer),
-             quant::type_name(storage));
-      pages = std::min(pages, fit);
-    }
-    require(pages <= INT32_MAX, "ModelOptions::kv_pool_tokens: {} pages are too many", pages);
-    pc.n_pages = int32_t(pages);
-    auto pool = std::make_shared<kv::Pool>(*owner_backend, pc);
-    kv_pools[storage] = pool;
-    logger.debug("KV pool {}: {} pages of {} tokens, {:.1f} MiB reserved", quant::type_name(storage), pc.n_pages,
-                 pc.page_tokens, double(pool->stats().bytes_total()) / (1 << 20));
-    return pool;
-  }
+  const kv::PoolConfig pc = pool_config(storage, reserved_kv_bytes());
+  auto pool = std::make_shared<kv::Pool>(*owner_backend, pc);
+  kv_pools[storage] = pool;
+  logger.debug("KV pool {}: {} pages of {} tokens, {:.1f} MiB reserved", quant::type_name(storage), pc.n_pages,
+               pc.page_tokens, double(pool->stats().bytes_total()) / (1 << 20));
+  return pool;
+}
+
+size_t Model::kv_pool_bytes(KVStorage storage, int32_t group_size) const {
+  if (!impl_->loaded) return 0;
+  const quant::DType type = runtime::kv_dtype(storage, group_size);
+  std::lock_guard lock(impl_->kv_mutex);
+  if (const auto it = impl_->kv_pools.find(type); it != impl_->kv_pools.end()) return it->second->stats().bytes_total();
+  const kv::PoolConfig pc = impl_->pool_config(type, impl_->reserved_kv_bytes());
+  return (quant::row_bytes(type, pc.k_width) + quant::row_bytes(type, pc.v_width)) * size_t(pc.page_tokens) *
+         size_t(pc.n_pages);
 }
 
 runtime::Executor& Model::Impl::executor() const {

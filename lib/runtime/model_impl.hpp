@@ -30,6 +30,11 @@ struct Model::Impl {
   mutable std::mutex kv_mutex;
   mutable std::map<quant::DType, std::shared_ptr<kv::Pool>> kv_pools;
   std::shared_ptr<kv::Pool> kv_pool(quant::DType storage) const;
+  // The configuration of a new pool of `storage` when `reserved` bytes are reserved
+  // by the others (ModelOptions::kv_pool_tokens, kv_memory_budget). Throws
+  // invalid_argument when the budget has no room left. Call with kv_mutex held.
+  kv::PoolConfig pool_config(quant::DType storage, size_t reserved) const;
+  size_t reserved_kv_bytes() const;  // kv_mutex held
 
   const tok::Tokenizer& require_tokenizer() const;
 

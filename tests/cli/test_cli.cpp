@@ -172,3 +172,93 @@ TEST_CASE("run, chat, perplexity and bench on the real model", "[cli][real_model
   for (const char* key : {"\"prefill_tokens_per_s\"", "\"decode_tokens_per_s\"", "\"threads\": 2", "\"model\""})
     CHECK_THAT(bench.out, Catch::Matchers::Contains(key));
 }
+
+TEST_CASE("every command prints its own usage for --help and for a wrong argument", "[cli]") {
+  for (const char* command : {"run", "chat", "perplexity", "bench", "batched-bench", "logits", "tokenize", "info"}) {
+    INFO("ember " << command);
+    for (const char* flag : {"--help", "-h"}) {
+      const Run help = run_cli(std::string(command) + " " + flag);
+      CHECK(help.code == 0);
+      CHECK_THAT(help.out, Catch::Matchers::StartsWith(std::string("usage: ember ") + command + " "));
+    }
+    const Run wrong = run_cli(std::string(command) + " --no-such-flag");
+    CHECK(wrong.code == 2);
+    CHECK_THAT(wrong.out, Catch::Matchers::Contains(std::string("usage: ember ") + command + " "));
+    CHECK_THAT(wrong.out, !Catch::Matchers::Contains("commands:"));  // not the whole list
+  }
+  const Run all = run_cli("--help");
+  CHECK(all.code == 0);
+  CHECK_THAT(all.out, Catch::Matchers::Contains("commands:"));
+}
+
+namespace {
+// The generated text of `ember run`: its output without the statistics line that
+// stderr adds at the end (it may land before stdout's last newline).
+std::string text_of(const Run& r) {
+  std::string text = r.out;
+  const size_t at = text.rfind(" prompt tokens at ");
+  if (at != std::string::npos) text.erase(text.rfind('[', at));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+}  // namespace
+
+TEST_CASE("llama.cpp's spellings are accepted where they mean the same", "[cli][real_model]") {
+  const auto model = ember::test::real_model_path();
+  if (!std::filesystem::exists(model)) {
+    WARN("SKIPPED: the real model is not at " << model << "; run scripts/fetch-model.sh");
+    return;
+  }
+  const std::string run = "run -m " + quote(model) + " -n 6 -t 2 ";
+  const std::string prompt = "-p 'The capital of France is' ";
+  const Run base = run_cli(run + prompt + "--temp 0 --ctx 64");
+  REQUIRE(base.code == 0);
+
+  // -c / --ctx-size = --ctx: the same text, and the same failure when too small.
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 -c 64")) == text_of(base));
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 --ctx-size 64")) == text_of(base));
+  CHECK_THAT(run_cli(run + prompt + "--temp 0 --ctx 3").out, Catch::Matchers::Contains("stop: context_full"));
+  CHECK_THAT(run_cli(run + prompt + "--temp 0 --ctx-size 3").out, Catch::Matchers::Contains("stop: context_full"));
+  CHECK_THAT(run_cli(run + prompt + "--temp 0 -c 3").out, Catch::Matchers::Contains("stop: context_full"));
+
+  // -f / --file: the prompt from a file.
+  const std::string file = "/tmp/ember_cli_prompt.txt";
+  std::ofstream(file) << "The capital of France is";
+  CHECK(text_of(run_cli(run + "-f " + file + " --temp 0 --ctx 64")) == text_of(base));
+  CHECK(text_of(run_cli(run + "--file " + file + " --temp 0 --ctx 64")) == text_of(base));
+  CHECK(run_cli(run + "-f /nonexistent/prompt.txt --temp 0").code == 1);
+  CHECK(run_cli(run + prompt + "-f " + file).code == 2);  // one or the other
+
+  // -ctk / -ctv = --kv-type (q8_0 = int8 g32, q4_1 = int4 g32); they must agree.
+  const std::string int8 = text_of(run_cli(run + prompt + "--temp 0 --kv-type int8"));
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 -ctk q8_0 -ctv q8_0")) == int8);
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 --cache-type-k q8_0")) == int8);
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 -ctk q4_1 -ctv q4_1")) ==
+        text_of(run_cli(run + prompt + "--temp 0 --kv-type int4")));
+  const Run disagree = run_cli(run + prompt + "--temp 0 -ctk q8_0 -ctv f16");
+  CHECK(disagree.code == 2);
+  CHECK_THAT(disagree.out, Catch::Matchers::Contains("one type"));
+  CHECK(run_cli(run + prompt + "-ctk q4_0").code == 2);
+
+  // -s = --seed; --frequency-penalty = --freq-penalty; --presence-penalty.
+  const std::string sampled = text_of(run_cli(run + prompt + "--temp 1 --seed 5"));
+  CHECK(text_of(run_cli(run + prompt + "--temp 1 -s 5")) == sampled);
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 --frequency-penalty 3")) ==
+        text_of(run_cli(run + prompt + "--temp 0 --freq-penalty 3")));
+  CHECK(run_cli(run + prompt + "--temp 0 --presence-penalty 1.5").code == 0);
+
+  // -e: escapes in the prompt; --no-display-prompt: no echo.
+  const Run escaped = run_cli(run + "-p 'Line one\\nLine two' -e --temp 0");
+  CHECK(escaped.code == 0);
+  CHECK(escaped.out.rfind("Line one\nLine two", 0) == 0);
+  const Run quiet = run_cli(run + prompt + "--temp 0 --ctx 64 --no-display-prompt");
+  CHECK(quiet.code == 0);
+  CHECK(quiet.out.rfind("The capital of France is", 0) != 0);
+  CHECK(text_of(base).ends_with(text_of(quiet)));
+
+  // -ngl: accepted and ignored on the CPU, with a note.
+  const Run ngl = run_cli(run + prompt + "--temp 0 --ctx 64 -ngl 99");
+  CHECK(ngl.code == 0);
+  CHECK_THAT(ngl.out, Catch::Matchers::Contains("-ngl 99 is ignored"));
+  CHECK(run_cli(run + prompt + "-ngl lots").code == 2);
+}
