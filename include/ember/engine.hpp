@@ -124,15 +124,19 @@ struct Request {
 // A submitted request; 0 is never a valid handle.
 using RequestHandle = uint64_t;
 
+// Ownership: the host owns the Engine (unique_ptr from create); it holds a
+// reference to its Model. Request results are values. Threads: see each member;
+// callbacks run on the stepping thread and must not call step().
 class EMBER_API Engine {
  public:
   // Throws invalid_argument for bad options (naming the field) or a vocab-only model.
+  // Thread-safe (engines of one model share its thread pool and KV pools).
   static std::unique_ptr<Engine> create(std::shared_ptr<const Model> model, const EngineOptions& options = {});
-  ~Engine();  // shutdown() and stop()
+  ~Engine();  // shutdown() and stop(); call it from a thread other than the engine's own
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const EngineOptions& options() const;
+  const EngineOptions& options() const;  // any thread
 
   // Queues a request and returns its handle. A request that can never run (empty
   // prompt, a prompt longer than the context, more tokens than the whole KV pool,
@@ -152,12 +156,13 @@ class EMBER_API Engine {
 
   // Runs one step: admits what fits, builds the batch, runs it, samples, streams.
   // Returns the number of tokens evaluated (0 when there was nothing to do). Throws
-  // invalid_argument when called while start()ed.
+  // invalid_argument when called while start()ed. One thread at a time (the host's loop).
   int32_t step();
-  // Requests waiting or running.
+  // Requests waiting or running. Any thread.
   int32_t pending() const;
 
-  // Runs the scheduler on a thread of the engine's own until stop().
+  // Runs the scheduler on a thread of the engine's own until stop(). Call both
+  // from the host's threads (not from a callback).
   void start();
   void stop();
 
@@ -165,7 +170,7 @@ class EMBER_API Engine {
   // later submissions. Idempotent.
   void shutdown();
 
-  // Latency, throughput and cache figures since create().
+  // Latency, throughput and cache figures since create(). Any thread; values.
   EngineMetrics metrics() const;
   // The same in Prometheus text exposition format (version 0.0.4) and as JSON.
   std::string metrics_prometheus() const;

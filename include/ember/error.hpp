@@ -21,7 +21,7 @@ enum class ErrorCode {
   internal,          // a broken invariant inside ember: please report it
 };
 
-// Short stable name of a code ("malformed_file", ...).
+// Short stable name of a code ("malformed_file", ...); a static string. Thread-safe.
 EMBER_API const char* to_string(ErrorCode code) noexcept;
 
 // Every failure of the library is reported as ember::Error. The message names the

@@ -110,6 +110,7 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   //     load_from_memory returns.
   // ModelOptions::use_mmap is ignored. The image must be at least 8-byte aligned
   // (any pointer from malloc or new is) so that tensors can be read in place.
+  // Thread-safe like load().
   static std::shared_ptr<Model> load_from_memory(std::span<const std::byte> image, const ModelOptions& options = {},
                                                  bool copy = false);
 
@@ -117,14 +118,19 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   // pack file, a network store): read(offset, dst, n) must fill dst with the n bytes
   // at `offset` and return true, or return false when it cannot (load then throws
   // io naming the offset). It is called only inside this call, on the calling
-  // thread, in ascending offsets; ember keeps its own copy of the image.
+  // thread, in ascending offsets; ember keeps its own copy of the image. Thread-safe
+  // like load().
   using ReadAt = std::function<bool(uint64_t offset, void* dst, size_t n)>;
   static std::shared_ptr<Model> load_from_reader(uint64_t size, const ReadAt& read, const ModelOptions& options = {});
 
+  // Every Session and Engine holds a reference to its model, so the last of them (or
+  // the host's shared_ptr) destroys it. Not copyable.
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  // Every const member below is safe from any number of threads at once; references
+  // returned live as long as the model.
   const ModelInfo& info() const;
   const ModelOptions& options() const;
   // Threads of the model's thread pool: options().threads, or what 0 resolved to.
@@ -141,7 +147,8 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   size_t kv_bytes_per_token(KVStorage storage, int32_t group_size = 32) const;
 
   // A new session on this model: one sequence in the model's shared KV cache, run
-  // by the model's executor.
+  // by the model's executor. The caller owns it; it keeps the model alive.
+  // Thread-safe. Throws invalid_argument for bad options or a vocab-only model.
   std::unique_ptr<Session> new_session(const SessionOptions& options) const;
   std::unique_ptr<Session> new_session() const;
 

@@ -86,7 +86,7 @@ class EMBER_API Sampler {
   Sampler(Sampler&& other) noexcept;
   Sampler& operator=(Sampler&& other) noexcept;
 
-  // Argmax sampling: temperature 0, all filters and penalties off.
+  // Argmax sampling: temperature 0, all filters and penalties off. A new value.
   static Sampler greedy();
 
   // Picks a token id in [0, logits.size()) from the logits of one position,

@@ -108,8 +108,14 @@ struct GenerateResult {
   GenerationMetrics metrics;
 };
 
+// Ownership: the host owns a Session (unique_ptr from Model::new_session or fork);
+// it holds a reference to its Model. Threads: every member is for the one thread
+// that uses the session at a time, except cancel(); spans and references returned
+// stay valid until the next non-const call on the session.
 class EMBER_API Session {
  public:
+  // Frees the session's cache pages (shared ones stay with their other holders) and
+  // hands free pool memory back to the system.
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;

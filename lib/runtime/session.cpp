@@ -146,14 +146,12 @@ Outcome Session::evaluate(std::span<const int32_t> tokens, const LogitsCallback&
 
 GenerateResult Session::generate(std::string_view prompt, Sampler& sampler, const GenerateOptions& options,
                                  const TokenCallback& on_piece) {
-  const auto ids = prompt.empty() ? std::vector<int32_t>{}
-                                  : impl_->tokenize_prompt(prompt, options.add_bos, options.parse_special);
-  return impl_->generate(ids, sampler, options, Impl::piece_sink(on_piece));
+  return generate(prompt, sampler, options, TokenEventCallback(Impl::piece_sink(on_piece)));
 }
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& options,
                                  const TokenCallback& on_piece) {
-  return impl_->generate(prompt, sampler, options, Impl::piece_sink(on_piece));
+  return generate(prompt, sampler, options, TokenEventCallback(Impl::piece_sink(on_piece)));
 }
 
 GenerateResult Session::generate(std::string_view prompt, Sampler& sampler, const GenerateOptions& options,

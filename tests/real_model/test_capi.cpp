@@ -97,6 +97,36 @@ TEST_CASE("C API: generation equals the C++ API's, streamed with ids and log-pro
   ember_sampler_free(sampler);
 }
 
+TEST_CASE("C API: the log and progress callbacks reach the host", "[capi]") {
+  struct Seen {
+    int messages = 0;
+    int info = 0;
+    float last_progress = -1.0f;
+  } seen;
+  ember_model_options o = ember_model_default_options();
+  o.threads = 1;
+  o.log = [](ember_log_level level, const char* message, size_t length, void* user) {
+    auto* s = static_cast<Seen*>(user);
+    ++s->messages;
+    if (level == EMBER_LOG_INFO && std::string(message, length).find("loaded") != std::string::npos) ++s->info;
+  };
+  o.log_user = &seen;
+  o.progress = [](float f, void* user) {
+    static_cast<Seen*>(user)->last_progress = f;
+    return 1;
+  };
+  o.progress_user = &seen;
+  ember_model* m = nullptr;
+  REQUIRE(ember_model_load(test::real_model_path().c_str(), &o, &m) == EMBER_OK);
+  CHECK(seen.info >= 1);
+  CHECK(seen.last_progress == 1.0f);
+  ember_model_free(m);
+  // A progress callback returning 0 cancels the load.
+  o.progress = [](float f, void*) { return f < 0.5f ? 1 : 0; };
+  CHECK(ember_model_load(test::real_model_path().c_str(), &o, &m) == EMBER_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(ember_last_error(), Catch::Matchers::Contains("cancelled"));
+}
+
 TEST_CASE("C API: tokenizer, chat template and the buffer protocol", "[capi]") {
   CModel cm;
   const std::string text = "Hello, world!";
