@@ -22,6 +22,7 @@
 #include "ember/kv_cache.hpp"
 #include "ember/model.hpp"
 #include "ember/sampler.hpp"
+#include "ember/speculative.hpp"
 
 namespace ember {
 
@@ -34,6 +35,11 @@ struct SessionOptions {
   // Not used: every session runs on its model's executor with ModelOptions::threads
   // threads. Kept so that existing code compiles; range [0, 1024].
   int threads = 0;
+  // Sum every token's ops in one order whatever else is in its step (as the Engine
+  // does, EngineOptions::batch_invariant), so that logits do not depend on how the
+  // tokens were grouped into steps. Default false: llama.cpp's orders, whose logits
+  // match llama.cpp's bit for bit.
+  bool batch_invariant = false;
 };
 
 // How prefill(), decode() and evaluate() ended.
@@ -77,6 +83,12 @@ struct GenerateOptions {
   // Compute TokenEvent::logprob for a token callback (one log-sum-exp over the
   // vocabulary per token). Default false.
   bool logprobs = false;
+  // Speculative decoding (ember/speculative.hpp). Default off. With it the session
+  // sums in the batch-invariant order (as SessionOptions::batch_invariant), so its
+  // tokens equal plain generation on a session with batch_invariant = true. A
+  // session with KV eviction (StreamingLLM, H2O) generates plainly: eviction cannot
+  // be rolled back exactly after rejected drafts.
+  SpeculativeOptions speculative;
 };
 
 enum class StopReason {
@@ -106,6 +118,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;    // generated tokens (without a stop token)
   StopReason stop_reason = StopReason::max_tokens;
   GenerationMetrics metrics;
+  SpeculativeMetrics speculative; // drafts proposed and accepted (zero without speculation)
 };
 
 // Ownership: the host owns a Session (unique_ptr from Model::new_session or fork);

@@ -81,44 +81,47 @@ void Generation::after_step(const StepPart& part) {
   sample_next();
 }
 
-void Generation::sample_next() {
+void Generation::sample_next() { sample_from(seq_.logits(), seq_.tokens().size(), true); }
+
+std::optional<int32_t> Generation::sample_from(std::span<const float> logits, size_t context, bool append) {
+  if (done_) return std::nullopt;
   if (result_.metrics.generated_tokens >= options_.max_tokens) {
     finish(StopReason::max_tokens);
-    return;
+    return std::nullopt;
   }
-  if (!seq_.evicts() && seq_.tokens().size() >= size_t(seq_.capacity())) {
+  if (!seq_.evicts() && context >= size_t(seq_.capacity())) {
     finish(StopReason::context_full);
-    return;
+    return std::nullopt;
   }
-  const std::span<const float> logits = seq_.logits();
   const int32_t token = sampler_.sample(logits);
   if (result_.metrics.generated_tokens == 0)
     result_.metrics.time_to_first_token = seconds_between(start_, Clock::now());
   if (std::find(options_.stop_tokens.begin(), options_.stop_tokens.end(), token) != options_.stop_tokens.end()) {
     finish(StopReason::stop_token);
-    return;
+    return std::nullopt;
   }
   if (options_.stop_at_end_of_generation && tokenizer_.is_end_of_generation(token)) {
     finish(StopReason::end_of_generation);
-    return;
+    return std::nullopt;
   }
   const float logprob = logprobs_ ? log_probability(logits, token) : std::numeric_limits<float>::quiet_NaN();
   sampler_.accept(token);
-  const int32_t one[1] = {token};
-  seq_.append(one);  // pending until the next step
+  if (append) {
+    const int32_t one[1] = {token};
+    seq_.append(one);  // pending until the next step
+  }
   result_.tokens.push_back(token);
   ++result_.metrics.generated_tokens;
   emit(token, filter_.push(decoder_.push(token)), logprob);
   if (filter_.stopped()) {
     finish(StopReason::stop_string);
-    return;
-  }
-  if (callback_stopped_) {
+  } else if (callback_stopped_) {
     finish(StopReason::callback);
-    return;
+  } else if (result_.metrics.generated_tokens == options_.max_tokens) {
+    // The last token is not evaluated: nothing would read its logits.
+    finish(StopReason::max_tokens);
   }
-  // The last token is not evaluated: nothing would read its logits.
-  if (result_.metrics.generated_tokens == options_.max_tokens) finish(StopReason::max_tokens);
+  return token;
 }
 
 void Generation::emit(int32_t token, const std::string& text, float logprob) {

@@ -50,6 +50,8 @@ class Generation {
   // Prompt tokens still to evaluate (0 once the prompt is in the cache).
   bool prefilling() const { return !prompt_done_; }
   GenerateResult& result() { return result_; }
+  // Tokens the generation may still produce (max_tokens minus those generated).
+  int32_t tokens_left() const { return options_.max_tokens - result_.metrics.generated_tokens; }
   Sequence& sequence() { return seq_; }
 
   // The part the next step must evaluate for this generation (at most `max_tokens`
@@ -61,6 +63,14 @@ class Generation {
   void after_step(const StepPart& part);
   // Ends the generation now with `reason`, flushing held-back text.
   void finish(StopReason reason);
+
+  // Samples the token that follows a context of `context` tokens from `logits` and
+  // books it like after_step() does (max_tokens and capacity checks first, then
+  // stop tokens, streaming, stop strings). Returns the token when it joins the
+  // output (possibly ending the generation with it), nullopt when the generation
+  // ended before it. `append`: add it to the sequence as pending; speculative
+  // verification passes false and fixes the sequence up itself.
+  std::optional<int32_t> sample_from(std::span<const float> logits, size_t context, bool append);
 
  private:
   void sample_next();

@@ -90,6 +90,7 @@ Sequence::Sequence(const Sequence& other)
       cache_(other.cache_),
       chunk_(other.chunk_),
       capacity_(other.capacity_),
+      order_(other.order_),
       tokens_(other.tokens_),
       n_evaluated_(other.n_evaluated_),
       logits_(other.logits_),
@@ -148,7 +149,7 @@ StepStatus Sequence::evaluate_pending(const std::function<void(size_t, std::span
   const size_t start_evaluated = n_evaluated_;
   while (n_pending() > 0) {
     StepPart part = next_part(size_t(chunk_), sink, sink_base);
-    ex_.step(cache_, std::span(&part, 1), cancel);
+    ex_.step(cache_, std::span(&part, 1), cancel, order_);
     finish_part(part);
     if (part.status == StepStatus::cache_full) {
       // Nothing of this call stays: back to where it started.

@@ -40,6 +40,9 @@ class Sequence {
   // Most tokens the context holds (INT32_MAX with eviction).
   int32_t capacity() const { return capacity_; }
   bool evicts() const { return kv_.eviction != KVEviction::none; }
+  // The order of sums of this sequence's steps (SessionOptions::batch_invariant).
+  backend::SumOrder sum_order() const { return order_; }
+  void set_sum_order(backend::SumOrder order) { order_ = order; }
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
   size_t n_evaluated() const { return n_evaluated_; }
@@ -103,6 +106,7 @@ class Sequence {
   int32_t id_ = 0;
   int32_t chunk_ = 512;
   int32_t capacity_ = 0;
+  backend::SumOrder order_ = backend::SumOrder::llama_cpp;
 
   std::vector<int32_t> tokens_;
   size_t n_evaluated_ = 0;

@@ -10,6 +10,7 @@
 #include "common/fail.hpp"
 #include "kv/kv_cache.hpp"
 #include "runtime/generation.hpp"
+#include "runtime/speculative.hpp"
 #include "runtime/model_impl.hpp"
 #include "runtime/sequence.hpp"
 
@@ -46,6 +47,7 @@ struct Session::Impl {
 
   Impl(std::shared_ptr<const Model> owner, const SessionOptions& opts)
       : model(owner), m(model->impl()), options(opts), seq(std::move(owner), opts.kv, opts.prefill_chunk_size) {
+    if (opts.batch_invariant) seq.set_sum_order(backend::SumOrder::batch_invariant);
     require(options.threads >= 0 && options.threads <= 1024, "SessionOptions::threads must be in [0, 1024], got {}",
             options.threads);
     m.logger.debug("session {}: KV capacity {} tokens, prefill chunk {}", seq.id(), seq.capacity(), seq.chunk());
@@ -90,15 +92,36 @@ struct Session::Impl {
 
 GenerateResult Session::Impl::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opts,
                                        runtime::TokenSink sink) {
+  // Speculation: its options are checked (and a draft model's vocabulary) before
+  // the prompt joins the sequence. With eviction it is off (see GenerateOptions).
+  std::unique_ptr<runtime::DraftSource> drafts = runtime::make_draft_source(opts.speculative, *model);
+  if (drafts && seq.evicts()) {
+    m.logger.info("speculative decoding is off for session {}: its KV eviction cannot be rolled back", seq.id());
+    drafts.reset();
+  }
+  // Speculative steps sum in the batch-invariant order, and so does the whole call.
+  const backend::SumOrder order = seq.sum_order();
+  if (drafts) seq.set_sum_order(backend::SumOrder::batch_invariant);
+  struct RestoreOrder {
+    runtime::Sequence& seq;
+    backend::SumOrder order;
+    ~RestoreOrder() { seq.set_sum_order(order); }
+  } restore{seq, order};
+
   runtime::Generation generation(seq, sampler, opts, std::move(sink), prompt);
   if (take_early_cancel()) generation.finish(StopReason::cancelled);
   while (!generation.done()) {
+    if (drafts && !generation.prefilling() && !generation.result().tokens.empty()) {
+      runtime::run_speculative(generation, seq, *drafts, opts.speculative, cancel_flag,
+                               generation.result().speculative);
+      break;
+    }
     if (cancel_flag.exchange(false)) {
       generation.finish(StopReason::cancelled);
       break;
     }
     runtime::StepPart part = generation.next_part(size_t(seq.chunk()));
-    if (!part.tokens.empty()) seq.executor().step(seq.cache(), std::span(&part, 1), &cancel_flag);
+    if (!part.tokens.empty()) seq.executor().step(seq.cache(), std::span(&part, 1), &cancel_flag, seq.sum_order());
     if (part.status == runtime::StepStatus::cancelled) cancel_flag.store(false);
     generation.after_step(part);
   }

@@ -1,0 +1,70 @@
+// Speculative decoding: cheap drafts of the next tokens, verified by the model in
+// one forward pass (the weights are read once for all of them).
+//
+// A draft source proposes up to k tokens after the context; the target model
+// evaluates the last token and the k drafts in one step, and the request's own
+// Sampler then picks a token from each row in order, exactly as plain decoding
+// would, keeping drafts while they equal the picked tokens. The first picked token
+// that differs from its draft (or the one after the last draft) is kept as well,
+// and the rejected drafts are rolled back from the KV cache. Because drafts are
+// deterministic and every position is sampled once, with the same generator, from
+// the target's own logits, the output is token for token the output of plain
+// decoding with the same sampler and seed (greedy or not): the method is lossless.
+// docs/speculative.md has the design, the policy and the measured figures.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace ember {
+
+class Model;
+
+enum class DraftKind {
+  none,    // plain decoding
+  model,   // a separate, smaller model with the same vocabulary (greedy drafts)
+  lookup,  // prompt lookup: continue the most recent earlier occurrence of the last n tokens
+};
+
+struct SpeculativeOptions {
+  DraftKind kind = DraftKind::none;
+  // kind == model: the draft model. Its vocabulary must equal the target's (checked
+  // at generate(): invalid_argument naming the first differing token). A draft with
+  // more weight bytes than the target is allowed but logged as a warning.
+  std::shared_ptr<const Model> draft_model;
+  // Most drafted tokens per step (k). Default 4; range [1, 16].
+  int32_t draft_max = 4;
+  // Fewest drafted tokens worth a verification step (fewer: a plain step).
+  // Default 1; range [1, draft_max].
+  int32_t draft_min = 1;
+  // kind == model: stop drafting when the draft model's probability of its own
+  // pick falls below this (llama.cpp's --draft-p-min). Default 0 (off); [0, 1].
+  float draft_p_min = 0.0f;
+  // kind == lookup: the longest and shortest n-grams matched. Defaults 3 and 1; [1, 16].
+  int32_t lookup_max_ngram = 3;
+  int32_t lookup_min_ngram = 1;
+  // Adapt k to the acceptance: lengthen while drafts are accepted, shorten when the
+  // acceptance rate falls below min_acceptance, and draft nothing while the measured
+  // costs say that drafting is slower than plain decoding (probing again every
+  // `probe_interval` tokens). Default on.
+  bool adaptive = true;
+  float min_acceptance = 0.7f;   // [0, 1]
+  int32_t probe_interval = 32;   // tokens; >= 1
+};
+
+// What speculation did during one generate() (all zero without it).
+struct SpeculativeMetrics {
+  int64_t steps = 0;          // verification steps that carried drafts
+  int64_t drafted = 0;        // draft tokens proposed
+  int64_t accepted = 0;       // of these, kept
+  int64_t plain_steps = 0;    // steps without drafts (nothing proposed, or drafting paused)
+  double draft_seconds = 0.0;   // time spent drafting
+  double verify_seconds = 0.0;  // time in verification steps
+  double plain_seconds = 0.0;   // time in plain steps
+  int32_t current_k = 0;      // k at the end
+  double acceptance_rate() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
+  // Tokens gained per verification step: accepted drafts plus the one the step picks itself.
+  double mean_accepted_per_step() const { return steps > 0 ? double(accepted + steps) / double(steps) : 0.0; }
+};
+
+}  // namespace ember

@@ -1,0 +1,172 @@
+// The verification loop, the draft-length policy and prompt lookup.
+#include "runtime/speculative.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/fail.hpp"
+#include "runtime/model_impl.hpp"
+
+namespace ember::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Running means move by this share of each new measurement.
+constexpr double kMeanWeight = 0.3;
+double blend(double mean, double value) { return mean == 0.0 ? value : mean + kMeanWeight * (value - mean); }
+
+}  // namespace
+
+// ---- prompt lookup ----
+
+std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int32_t k, int32_t max_ngram, int32_t min_ngram) {
+  const auto size = int64_t(context.size());
+  for (int32_t n = max_ngram; n >= min_ngram; --n) {
+    if (size <= n) continue;
+    const auto pattern = context.subspan(size_t(size - n));
+    // The most recent earlier occurrence, ending before the context does.
+    for (int64_t start = size - n - 1; start >= 0; --start) {
+      if (!std::equal(pattern.begin(), pattern.end(), context.begin() + start)) continue;
+      const int64_t from = start + n;
+      const int64_t count = std::min<int64_t>(k, size - from);
+      return {context.begin() + from, context.begin() + from + count};
+    }
+  }
+  return {};
+}
+
+// ---- the policy ----
+
+DraftPolicy::DraftPolicy(const SpeculativeOptions& options)
+    : o_(options), k_(options.adaptive ? std::min(options.draft_max, 4) : options.draft_max) {
+  k_ = std::max(k_, options.draft_min);
+}
+
+double DraftPolicy::expected_tokens(double alpha, int32_t k) {
+  if (alpha >= 1.0) return double(k + 1);
+  return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
+}
+
+int32_t DraftPolicy::next_k() const {
+  if (!o_.adaptive) return k_;
+  // The first step is plain: it measures what a token costs without drafts.
+  if (plain_cost_ == 0.0 || paused_for_ > 0) return 0;
+  return k_;
+}
+
+void DraftPolicy::after_plain(double seconds) {
+  plain_cost_ = blend(plain_cost_, seconds);
+  if (paused_for_ > 0 && --paused_for_ == 0) {
+    k_ = o_.draft_min;  // probe again from the shortest drafts
+    acceptance_ = -1.0;
+    verify_cost_ = 0.0;
+  }
+}
+
+void DraftPolicy::after_verify(int32_t drafted, int32_t accepted, double draft_seconds, double verify_seconds) {
+  if (!o_.adaptive || drafted == 0) return;
+  const double rate = double(accepted) / drafted;
+  acceptance_ = acceptance_ < 0.0 ? rate : acceptance_ + kMeanWeight * (rate - acceptance_);
+  verify_cost_ = blend(verify_cost_, draft_seconds + verify_seconds);
+  if (accepted == drafted && k_ < o_.draft_max) {
+    ++k_;
+  } else if (acceptance_ < o_.min_acceptance && k_ > o_.draft_min) {
+    --k_;
+  }
+  // Cost model: a speculative step yields expected_tokens() tokens for its cost; a
+  // plain step one token for plain_cost_. Draft nothing while that is a loss.
+  if (plain_cost_ > 0.0 && verify_cost_ > 0.0) {
+    const double gain = expected_tokens(acceptance_, drafted) * plain_cost_ / verify_cost_;
+    if (gain < 1.0) paused_for_ = o_.probe_interval;
+  }
+}
+
+// ---- verification ----
+
+void run_speculative(Generation& g, Sequence& seq, DraftSource& source, const SpeculativeOptions& options,
+                     std::atomic<bool>& cancel, SpeculativeMetrics& metrics) {
+  DraftPolicy policy(options);
+  const auto n_vocab = size_t(seq.model_impl().loaded->hparams.n_vocab);
+  std::vector<float> rows;
+  bool force_plain = false;
+  while (!g.done()) {
+    if (cancel.exchange(false)) {
+      g.finish(StopReason::cancelled);
+      break;
+    }
+    const size_t n0 = seq.tokens().size();  // the last sampled token is pending at n0 - 1
+    // Drafts beyond what max_tokens or the context can still take are wasted.
+    const int64_t room = std::min<int64_t>(int64_t(g.tokens_left()) - 1, int64_t(seq.capacity()) - int64_t(n0));
+    const int32_t k = force_plain ? 0 : int32_t(std::clamp<int64_t>(policy.next_k(), 0, std::max<int64_t>(room, 0)));
+    force_plain = false;
+    const auto draft_start = Clock::now();
+    std::vector<int32_t> drafts = k > 0 ? source.draft(seq.tokens(), k) : std::vector<int32_t>{};
+    if (int32_t(drafts.size()) > k) drafts.resize(size_t(k));
+    if (int32_t(drafts.size()) < options.draft_min) drafts.clear();
+    const double draft_seconds = since(draft_start);
+    const auto m = drafts.size();
+
+    seq.append(drafts);
+    rows.resize((m + 1) * n_vocab);
+    const std::function<void(size_t, std::span<const float>)> sink = [&](size_t i, std::span<const float> row) {
+      std::copy(row.begin(), row.end(), rows.begin() + long(i * n_vocab));
+    };
+    const auto step_start = Clock::now();
+    StepPart part = seq.next_part(m + 1, &sink, n0 - 1);
+    seq.executor().step(seq.cache(), std::span(&part, 1), &cancel, seq.sum_order());
+    seq.finish_part(part);
+    const double step_seconds = since(step_start);
+    if (part.status != StepStatus::ok) {
+      seq.rewind(n0);  // the drafts go; the last sampled token stays pending
+      if (part.status == StepStatus::cancelled) {
+        cancel.store(false);
+        g.finish(StopReason::cancelled);
+      } else if (m > 0) {
+        force_plain = true;  // the drafts did not fit: try the token alone
+      } else {
+        g.finish(StopReason::context_full);
+      }
+      continue;
+    }
+
+    // The target's own pick at every position, in order, with the request's sampler.
+    size_t accepted = 0;
+    bool extra = false;  // a picked token beyond the accepted drafts joined the output
+    for (size_t i = 0; i <= m; ++i) {
+      const std::optional<int32_t> token =
+          g.sample_from(std::span<const float>(rows).subspan(i * n_vocab, n_vocab), n0 + i, /*append=*/false);
+      if (!token) break;
+      if (i < m && *token == drafts[i]) {
+        ++accepted;
+        if (g.done()) break;
+        continue;
+      }
+      extra = true;
+      break;
+    }
+    seq.rewind(n0 + accepted);  // rejected drafts leave the cache
+    if (extra) {
+      const int32_t last[1] = {g.result().tokens.back()};
+      seq.append(last);  // pending, like a plainly sampled token
+    }
+    if (m > 0) {
+      ++metrics.steps;
+      metrics.drafted += int64_t(m);
+      metrics.accepted += int64_t(accepted);
+      metrics.draft_seconds += draft_seconds;
+      metrics.verify_seconds += step_seconds;
+      policy.after_verify(int32_t(m), int32_t(accepted), draft_seconds, step_seconds);
+    } else {
+      ++metrics.plain_steps;
+      metrics.plain_seconds += step_seconds;
+      metrics.draft_seconds += draft_seconds;
+      policy.after_plain(step_seconds + draft_seconds);
+    }
+  }
+  metrics.current_k = policy.k();
+}
+
+}  // namespace ember::runtime

@@ -1,0 +1,63 @@
+// Speculative decoding inside ember: draft sources, the adaptive draft-length
+// policy, and the verification loop that drives a Generation (the same resumable
+// loop as plain generation; see ember/speculative.hpp for the contract).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "ember/speculative.hpp"
+#include "runtime/generation.hpp"
+#include "runtime/sequence.hpp"
+
+namespace ember::runtime {
+
+// Proposes up to k tokens to follow `context`. Drafts are deterministic: the same
+// context gives the same proposal, which is what makes verification lossless.
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  virtual std::vector<int32_t> draft(std::span<const int32_t> context, int32_t k) = 0;
+};
+
+// Checks `options` (invalid_argument naming the field; the draft model's vocabulary
+// against the target's) and makes its source. `target` is the session's model.
+std::unique_ptr<DraftSource> make_draft_source(const SpeculativeOptions& options, const Model& target);
+
+// Prompt lookup: the tokens that followed the most recent earlier occurrence of
+// the context's last n tokens, n from max_ngram down to min_ngram.
+std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int32_t k, int32_t max_ngram, int32_t min_ngram);
+
+// How many tokens to draft next, from what the steps so far measured.
+class DraftPolicy {
+ public:
+  explicit DraftPolicy(const SpeculativeOptions& options);
+  // 0: take a plain step (no drafts).
+  int32_t next_k() const;
+  void after_verify(int32_t drafted, int32_t accepted, double draft_seconds, double verify_seconds);
+  void after_plain(double seconds);
+  int32_t k() const { return k_; }
+  bool paused() const { return paused_for_ > 0; }
+  // Expected tokens per verification step with per-draft acceptance `alpha` and k
+  // drafts: (1 - alpha^(k+1)) / (1 - alpha) (Leviathan et al. 2023).
+  static double expected_tokens(double alpha, int32_t k);
+
+ private:
+  SpeculativeOptions o_;
+  int32_t k_;
+  double acceptance_ = -1.0;      // running mean of accepted / drafted (-1: none yet)
+  double plain_cost_ = 0.0;       // seconds of a plain step (running mean; 0 = not measured)
+  double verify_cost_ = 0.0;      // seconds of drafting + verifying one step at k_ (running mean)
+  int32_t paused_for_ = 0;        // plain tokens still to take before drafting again
+};
+
+// Runs `generation` to its end with speculative steps on `seq` (whose next pending
+// token is the last sampled one). Rejected drafts are rolled back from the cache.
+void run_speculative(Generation& generation, Sequence& seq, DraftSource& source, const SpeculativeOptions& options,
+                     std::atomic<bool>& cancel, SpeculativeMetrics& metrics);
+
+}  // namespace ember::runtime

@@ -1,0 +1,123 @@
+// Speculative decoding on the real model: lossless (the tokens of plain decoding in
+// the same sum order, greedy and sampled, for every draft source), the draft model's
+// vocabulary check, bad options, the eviction fallback and the metrics.
+#include <string>
+#include <vector>
+
+#include "common/expect_error.hpp"
+#include "real_model/real_model.hpp"
+
+using namespace ember;
+
+namespace {
+
+// A prompt whose continuation repeats what it has seen: prompt lookup finds drafts.
+const std::string kRepetitive =
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a * b\n\n"
+    "def div(a, b):\n";
+
+GenerateResult generate(const std::shared_ptr<Model>& model, const std::string& prompt, const SamplerOptions& so,
+                        GenerateOptions go) {
+  auto session = model->new_session({.kv = {.max_tokens = 1024}, .batch_invariant = true});
+  Sampler sampler(so);
+  return session->generate(prompt, sampler, go);
+}
+
+SamplerOptions greedy() { return Sampler::greedy().options(); }
+
+GenerateOptions with(SpeculativeOptions spec, int32_t max_tokens = 48) {
+  GenerateOptions g;
+  g.max_tokens = max_tokens;
+  g.stop_at_end_of_generation = false;
+  g.speculative = std::move(spec);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("prompt lookup gives the tokens of plain decoding, greedy and sampled", "[speculative]") {
+  auto model = test::gemma();
+  for (const SamplerOptions& so : {greedy(), SamplerOptions{.temperature = 0.8f, .seed = 7},
+                                   SamplerOptions{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+                                                  .repetition_penalty = 1.3f, .seed = 99}}) {
+    INFO("temperature " << so.temperature << ", seed " << so.seed);
+    const GenerateResult plain = generate(model, kRepetitive, so, with({}));
+    for (bool adaptive : {false, true}) {
+      const GenerateResult spec = generate(
+          model, kRepetitive, so, with({.kind = DraftKind::lookup, .draft_max = 6, .adaptive = adaptive}));
+      INFO("adaptive " << adaptive);
+      CHECK(spec.tokens == plain.tokens);
+      CHECK(spec.text == plain.text);
+      CHECK(spec.stop_reason == plain.stop_reason);
+      CHECK(spec.speculative.drafted > 0);
+      CHECK(spec.speculative.accepted <= spec.speculative.drafted);
+      if (so.temperature == 0.0f) CHECK(spec.speculative.accepted > 0);
+    }
+  }
+}
+
+TEST_CASE("a draft model gives the tokens of plain decoding", "[speculative]") {
+  auto model = test::gemma();
+  // The model itself as its draft: the vocabularies agree and most drafts pass.
+  auto draft = Model::load(test::real_model_path(), {.threads = 2});
+  const std::string prompt = "The three primary colours are";
+  const GenerateResult plain = generate(model, prompt, greedy(), with({}, 32));
+  SpeculativeOptions spec{.kind = DraftKind::model, .draft_model = draft, .draft_max = 4, .adaptive = false};
+  const GenerateResult r = generate(model, prompt, greedy(), with(spec, 32));
+  CHECK(r.tokens == plain.tokens);
+  CHECK(r.speculative.steps > 0);
+  CHECK(r.speculative.acceptance_rate() > 0.8);
+  CHECK(r.speculative.mean_accepted_per_step() > 3.0);
+  // Sampled, with a stop string: still the plain tokens.
+  const SamplerOptions sampled{.temperature = 0.9f, .seed = 1234};
+  GenerateOptions g = with(spec, 40);
+  g.stop_strings = {"."};
+  GenerateOptions g_plain = with({}, 40);
+  g_plain.stop_strings = {"."};
+  const GenerateResult a = generate(model, prompt, sampled, g_plain);
+  const GenerateResult b = generate(model, prompt, sampled, g);
+  CHECK(b.tokens == a.tokens);
+  CHECK(b.text == a.text);
+  CHECK(b.stop_reason == a.stop_reason);
+}
+
+TEST_CASE("drafts that are always wrong cost little with adaptive k", "[speculative]") {
+  auto model = test::gemma();
+  // Random-looking text: lookup finds 1-grams but their continuations are rejected.
+  const std::string prompt = "qz xv 81 jw qz pk 93 mv qz rt 27 xv lb qz";
+  const GenerateResult plain = generate(model, prompt, greedy(), with({}, 48));
+  const GenerateResult r = generate(
+      model, prompt, greedy(), with({.kind = DraftKind::lookup, .draft_max = 8, .adaptive = true, .probe_interval = 8}, 48));
+  CHECK(r.tokens == plain.tokens);
+  CHECK(r.speculative.plain_steps > 0);  // the policy measured plain steps and paused drafting
+}
+
+TEST_CASE("speculation is off under KV eviction, and bad options are errors that change nothing",
+          "[speculative][errors]") {
+  auto model = test::gemma();
+  {
+    auto session = model->new_session({.kv = {.max_tokens = 1024, .eviction = KVEviction::streaming, .sinks = 4,
+                                              .window = 200}});
+    Sampler g = Sampler::greedy();
+    const auto r = session->generate(kRepetitive, g, with({.kind = DraftKind::lookup}, 16));
+    CHECK(r.tokens.size() == 16);
+    CHECK(r.speculative.steps == 0);
+  }
+  auto session = model->new_session({.kv = {.max_tokens = 1024}});
+  Sampler g = Sampler::greedy();
+  auto bad = [&](SpeculativeOptions spec, const std::string& needle) {
+    test::expect_error([&] { session->generate("Hello", g, with(spec)); }, ErrorCode::invalid_argument, needle);
+    CHECK(session->position() == 0);
+  };
+  bad({.kind = DraftKind::lookup, .draft_max = 0}, "draft_max");
+  bad({.kind = DraftKind::lookup, .draft_max = 17}, "draft_max");
+  bad({.kind = DraftKind::lookup, .draft_max = 4, .draft_min = 5}, "draft_min");
+  bad({.kind = DraftKind::lookup, .draft_p_min = 2.0f}, "draft_p_min");
+  bad({.kind = DraftKind::lookup, .lookup_max_ngram = 2, .lookup_min_ngram = 3}, "n-grams");
+  bad({.kind = DraftKind::model}, "draft_model is empty");
+  // A draft model with another vocabulary: the golden llama model (512 tokens).
+  auto other = Model::load(test::golden_dir() / "llama-Q8_0.gguf", {.threads = 1});
+  bad({.kind = DraftKind::model, .draft_model = other}, "vocabulary has 512 tokens");
+  auto vocab_only = Model::load(test::real_model_path(), {.threads = 1, .vocab_only = true});
+  bad({.kind = DraftKind::model, .draft_model = vocab_only}, "vocab_only");
+}
