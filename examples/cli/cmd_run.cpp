@@ -5,6 +5,7 @@
 
 #include "cli.hpp"
 #include "sampling_args.hpp"
+#include "speculative_args.hpp"
 
 namespace ember::cli {
 
@@ -12,9 +13,11 @@ int cmd_run(const std::vector<std::string>& argv) {
   std::vector<std::string> flags = {"--model", "--prompt", "--file", "--n-predict", "--threads", "--ctx"};
   flags.insert(flags.end(), kSamplingFlags.begin(), kSamplingFlags.end());
   flags.insert(flags.end(), kKVFlags.begin(), kKVFlags.end());
-  const Args args(argv, flags, {"--chat", "--verbose", "--ignore-eos", "--escape", "--no-display-prompt"},
-                  {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}, {"-t", "--threads"},
-                   {"-c", "--ctx"}, {"-v", "--verbose"}});
+  flags.insert(flags.end(), kSpeculativeFlags.begin(), kSpeculativeFlags.end());
+  std::map<std::string, std::string> aliases = {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"},
+                                                {"-t", "--threads"}, {"-c", "--ctx"},   {"-v", "--verbose"}};
+  aliases.insert(kSpeculativeAliases.begin(), kSpeculativeAliases.end());
+  const Args args(argv, flags, {"--chat", "--verbose", "--ignore-eos", "--escape", "--no-display-prompt"}, aliases);
   const std::string model_path = args.get("--model");
   if (args.has("--prompt") == args.has("--file")) throw UsageError("give the prompt with -p TEXT or -f FILE (one of them)");
   std::string prompt;
@@ -36,7 +39,9 @@ int cmd_run(const std::vector<std::string>& argv) {
   session_options.kv.max_tokens = int32_t(args.get_int("--ctx", 4096, 1, 1 << 24));
   apply_kv_args(args, session_options.kv);
 
-  auto model = load_model(model_path, int(args.get_int("--threads", 0, 0, 1024)), args.has("--verbose"));
+  const int threads = int(args.get_int("--threads", 0, 0, 1024));
+  auto model = load_model(model_path, threads, args.has("--verbose"));
+  gen.speculative = speculative_options(args, threads, args.has("--verbose"));
   if (args.has("--chat")) {
     const ChatMessage turn{"user", prompt};
     prompt = model->apply_chat_template(std::span(&turn, 1), true);
@@ -53,9 +58,9 @@ int cmd_run(const std::vector<std::string>& argv) {
   });
   std::fputs("\n", stdout);
   const GenerationMetrics& m = result.metrics;
-  std::fprintf(stderr, "[%d prompt tokens at %.1f tok/s, %d generated at %.1f tok/s, stop: %s]\n", m.prompt_tokens,
+  std::fprintf(stderr, "[%d prompt tokens at %.1f tok/s, %d generated at %.1f tok/s, stop: %s%s]\n", m.prompt_tokens,
                m.prefill_tokens_per_second(), m.generated_tokens, m.decode_tokens_per_second(),
-               to_string(result.stop_reason));
+               to_string(result.stop_reason), describe_speculation(result.speculative).c_str());
   return 0;
 }
 

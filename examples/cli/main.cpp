@@ -48,6 +48,12 @@ const std::vector<Command>& commands() {
   -c, --ctx, --ctx-size N  context length (default 4096)
   -e, --escape           process \n \t \\ \" \xHH escapes in the prompt
   --no-display-prompt    do not echo the prompt
+speculative decoding (lossless: the same tokens as without it):
+  -md, --model-draft FILE  draft with a smaller model of the same vocabulary
+  --draft lookup|model|self-...  lookup: continue n-grams seen in the prompt and the output;
+                           self-vocab:N, self-skip:LAYERS (0-8,12), self-lowbit: the model
+                           drafts for itself, cheaper (combine with +)
+  --draft-max K (4)  --draft-min K (1)  --draft-p-min P (0)  --draft-adaptive on|off (on)
 )"},
       {"chat", ember::cli::cmd_chat, R"(ember chat -m MODEL [-n N] [--system TEXT] [-t THREADS] [-c CTX] [sampling options]
   Interactive multi-turn chat in the model's chat format (terminal or pipe).

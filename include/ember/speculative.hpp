@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace ember {
 
@@ -24,6 +25,7 @@ enum class DraftKind {
   none,    // plain decoding
   model,   // a separate, smaller model with the same vocabulary (greedy drafts)
   lookup,  // prompt lookup: continue the most recent earlier occurrence of the last n tokens
+  self,    // the model drafts for itself, made cheaper (self_layers, self_vocab, self_lowbit)
 };
 
 struct SpeculativeOptions {
@@ -40,6 +42,18 @@ struct SpeculativeOptions {
   // kind == model: stop drafting when the draft model's probability of its own
   // pick falls below this (llama.cpp's --draft-p-min). Default 0 (off); [0, 1].
   float draft_p_min = 0.0f;
+  // kind == self: how the model's own draft is made cheaper (any combination):
+  //   self_layers: run only these layers (ascending, distinct; empty = all), as in
+  //     LayerSkip / Draft & Verify; each keeps its own attention kind (sliding or global).
+  //   self_vocab: score only the N most likely tokens (by the vocabulary's piece
+  //     scores, else the lowest ids), as in FR-Spec: the output matrix, which a
+  //     model with a large vocabulary pays for at every token, shrinks to N rows.
+  //     0 = the whole vocabulary; else [256, n_vocab].
+  //   self_lowbit: a Q4_0 copy of every matrix stored in more than 4.5 bits.
+  // The draft shares the model's thread pool and keeps a small KV cache of its own.
+  std::vector<int32_t> self_layers;
+  int32_t self_vocab = 0;
+  bool self_lowbit = false;
   // kind == lookup: the longest and shortest n-grams matched. Defaults 3 and 1; [1, 16].
   int32_t lookup_max_ngram = 3;
   int32_t lookup_min_ngram = 1;

@@ -35,7 +35,12 @@ struct Forward::Workspace {
 };
 
 Forward::Forward(const HParams& hp, const Weights& weights, backend::Backend& backend, int max_batch)
-    : hp_(hp), w_(weights), be_(backend), max_batch_(max_batch), ws_(std::make_unique<Workspace>()) {
+    : hp_(hp),
+      w_(weights),
+      n_logits_(weights.output.empty() ? hp.n_vocab : weights.output.rows),
+      be_(backend),
+      max_batch_(max_batch),
+      ws_(std::make_unique<Workspace>()) {
   require(max_batch >= 1, "max_batch must be >= 1, got {}", max_batch);
 }
 
@@ -72,7 +77,7 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
       {&ws.q, DType::f32, cap, q_width},       {&ws.attn, DType::f32, cap, q_width},
       {&ws.k, DType::f32, cap, kv_width},      {&ws.v, DType::f32, cap, kv_width},
       {&ws.gate, DType::f32, cap, hp_.n_ff},   {&ws.up, DType::f32, cap, hp_.n_ff},
-      {&ws.x_out, DType::f32, out_cap, hp_.n_embd}, {&ws.logits, DType::f32, out_cap, hp_.n_vocab},
+      {&ws.x_out, DType::f32, out_cap, hp_.n_embd}, {&ws.logits, DType::f32, out_cap, n_logits_},
   };
   constexpr size_t kAlign = 64;
   size_t total = 0;
@@ -110,16 +115,16 @@ size_t Forward::run(kv::KVCache& cache, std::span<const BatchToken> batch, std::
   size_t n_out = 0;
   for (size_t i = 0; i < batch.size(); ++i)
     if (batch[i].logits) out_row[i] = n_out++;
-  logits.assign(n_out * size_t(hp_.n_vocab), 0.0f);
+  logits.assign(n_out * size_t(n_logits_), 0.0f);
   size_t produced = 0;
   const size_t done = run(
       cache, batch,
       [&](size_t index, std::span<const float> row) {
-        std::copy(row.begin(), row.end(), logits.begin() + long(out_row[index] * size_t(hp_.n_vocab)));
+        std::copy(row.begin(), row.end(), logits.begin() + long(out_row[index] * size_t(n_logits_)));
         ++produced;
       },
       cancel);
-  logits.resize(produced * size_t(hp_.n_vocab));
+  logits.resize(produced * size_t(n_logits_));
   return done;
 }
 
@@ -316,11 +321,11 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       ops::get_rows(be_, x, t_out, x_out);
       ops::rms_norm(be_, x_out, w_.output_norm, hp_.rms_eps, x_out);
       ops::matmul(be_, w_.output, x_out, logits);
-      host_logits_.resize(size_t(rows * hp_.n_vocab));
+      host_logits_.resize(size_t(rows * n_logits_));
       be_.download(logits, host_logits_.data());
       for (int64_t r = 0; r < rows; ++r)
         sink(first_index + size_t(out_rows[size_t(first + r)]),
-             std::span<const float>(host_logits_.data() + r * hp_.n_vocab, size_t(hp_.n_vocab)));
+             std::span<const float>(host_logits_.data() + r * n_logits_, size_t(n_logits_)));
     }
     be_.synchronize();
     for (size_t il = 0; il < layer_scores.size(); ++il)

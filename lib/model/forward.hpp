@@ -34,7 +34,9 @@ class Forward {
   Forward(const HParams& hp, const Weights& weights, backend::Backend& backend, int max_batch = 512);
   ~Forward();
 
-  // Receives the logits row [n_vocab] of batch entry `index` (entries with logits = true).
+  // Receives the logits row of batch entry `index` (entries with logits = true): one
+  // value per row of weights.output, which is n_vocab except for a draft model
+  // whose output matrix holds a subset of the vocabulary.
   using LogitsSink = std::function<void(size_t index, std::span<const float> row)>;
 
   // Runs `batch` and returns how many of its tokens were processed: all of them,
@@ -73,6 +75,7 @@ class Forward {
 
   const HParams& hp_;
   const Weights& w_;
+  int64_t n_logits_;  // rows of the output matrix: n_vocab, fewer for a reduced-vocabulary draft
   backend::Backend& be_;
   int max_batch_;
   std::unique_ptr<Workspace> ws_;

@@ -5,6 +5,7 @@
 
 #include "common/fail.hpp"
 #include "runtime/model_impl.hpp"
+#include "runtime/self_draft.hpp"
 #include "runtime/speculative.hpp"
 
 namespace ember::runtime {
@@ -81,7 +82,7 @@ void check_vocabulary(const Model& target, const Model& draft) {
 
 }  // namespace
 
-std::unique_ptr<DraftSource> make_draft_source(const SpeculativeOptions& o, const Model& target) {
+std::unique_ptr<DraftSource> make_draft_source(const SpeculativeOptions& o, const Model& target, int64_t context) {
   require(o.draft_max >= 1 && o.draft_max <= 16, "SpeculativeOptions::draft_max must be in [1, 16], got {}",
           o.draft_max);
   require(o.draft_min >= 1 && o.draft_min <= o.draft_max,
@@ -93,6 +94,12 @@ std::unique_ptr<DraftSource> make_draft_source(const SpeculativeOptions& o, cons
   require(o.probe_interval >= 1, "SpeculativeOptions::probe_interval must be >= 1, got {}", o.probe_interval);
   switch (o.kind) {
     case DraftKind::none: return nullptr;
+    case DraftKind::self: {
+      if (!target.impl().loaded)
+        fail(ErrorCode::invalid_argument, "speculative: a vocab_only model cannot draft for itself");
+      const int64_t n = std::min<int64_t>({context, target.info().n_ctx_train, int64_t(1) << 16});
+      return make_self_source(target.impl(), o, int32_t(std::max<int64_t>(n, 1)));
+    }
     case DraftKind::lookup:
       require(o.lookup_min_ngram >= 1 && o.lookup_max_ngram <= 16 && o.lookup_min_ngram <= o.lookup_max_ngram,
               "SpeculativeOptions: lookup n-grams must satisfy 1 <= lookup_min_ngram <= lookup_max_ngram <= 16, got "

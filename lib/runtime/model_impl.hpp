@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "ember/model.hpp"
@@ -15,6 +16,10 @@
 #include "tokenizer/tokenizer.hpp"
 
 namespace ember {
+
+namespace runtime {
+struct SelfDraftWeights;
+}
 
 struct Model::Impl {
   ModelOptions options;
@@ -43,6 +48,10 @@ struct Model::Impl {
   runtime::Executor& executor() const;
   mutable std::mutex executor_mutex;
   mutable std::unique_ptr<runtime::Executor> executor_;
+
+  // Self drafts (speculative decoding) derived from the weights, by option set.
+  mutable std::mutex self_draft_mutex;
+  mutable std::map<std::string, std::shared_ptr<const runtime::SelfDraftWeights>> self_drafts;
 };
 
 namespace runtime {

@@ -94,7 +94,7 @@ GenerateResult Session::Impl::generate(std::span<const int32_t> prompt, Sampler&
                                        runtime::TokenSink sink) {
   // Speculation: its options are checked (and a draft model's vocabulary) before
   // the prompt joins the sequence. With eviction it is off (see GenerateOptions).
-  std::unique_ptr<runtime::DraftSource> drafts = runtime::make_draft_source(opts.speculative, *model);
+  std::unique_ptr<runtime::DraftSource> drafts = runtime::make_draft_source(opts.speculative, *model, seq.capacity());
   if (drafts && seq.evicts()) {
     m.logger.info("speculative decoding is off for session {}: its KV eviction cannot be rolled back", seq.id());
     drafts.reset();

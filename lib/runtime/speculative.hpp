@@ -25,8 +25,10 @@ class DraftSource {
 };
 
 // Checks `options` (invalid_argument naming the field; the draft model's vocabulary
-// against the target's) and makes its source. `target` is the session's model.
-std::unique_ptr<DraftSource> make_draft_source(const SpeculativeOptions& options, const Model& target);
+// against the target's) and makes its source (nullptr for kind none). `target` is
+// the session's model; `context` the most tokens its sequence holds.
+std::unique_ptr<DraftSource> make_draft_source(const SpeculativeOptions& options, const Model& target,
+                                               int64_t context);
 
 // Prompt lookup: the tokens that followed the most recent earlier occurrence of
 // the context's last n tokens, n from max_ngram down to min_ngram.

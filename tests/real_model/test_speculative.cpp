@@ -81,6 +81,30 @@ TEST_CASE("a draft model gives the tokens of plain decoding", "[speculative]") {
   CHECK(b.stop_reason == a.stop_reason);
 }
 
+TEST_CASE("the model's own cheaper drafts give the tokens of plain decoding", "[speculative]") {
+  auto model = test::gemma();
+  const std::string prompt = "Once upon a time, in a small village,";
+  const SamplerOptions sampled{.temperature = 0.7f, .seed = 21};
+  for (const SamplerOptions& so : {greedy(), sampled}) {
+    const GenerateResult plain = generate(model, prompt, so, with({}, 40));
+    for (const SpeculativeOptions& spec :
+         {SpeculativeOptions{.kind = DraftKind::self, .self_vocab = 16384, .adaptive = false},
+          SpeculativeOptions{.kind = DraftKind::self, .self_layers = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+                             .adaptive = false},
+          SpeculativeOptions{.kind = DraftKind::self, .self_vocab = 4096, .self_lowbit = true, .adaptive = false}}) {
+      INFO("vocab " << spec.self_vocab << ", layers " << spec.self_layers.size() << ", lowbit " << spec.self_lowbit
+                    << ", temperature " << so.temperature);
+      const GenerateResult r = generate(model, prompt, so, with(spec, 40));
+      CHECK(r.tokens == plain.tokens);
+      CHECK(r.speculative.drafted > 0);
+    }
+  }
+  // The reduced vocabulary keeps most of the model's greedy choices on plain prose.
+  const GenerateResult v = generate(model, prompt, greedy(),
+                                    with({.kind = DraftKind::self, .self_vocab = 16384, .adaptive = false}, 64));
+  CHECK(v.speculative.acceptance_rate() > 0.4);
+}
+
 TEST_CASE("drafts that are always wrong cost little with adaptive k", "[speculative]") {
   auto model = test::gemma();
   // Random-looking text: lookup finds 1-grams but their continuations are rejected.
@@ -118,6 +142,10 @@ TEST_CASE("speculation is off under KV eviction, and bad options are errors that
   // A draft model with another vocabulary: the golden llama model (512 tokens).
   auto other = Model::load(test::golden_dir() / "llama-Q8_0.gguf", {.threads = 1});
   bad({.kind = DraftKind::model, .draft_model = other}, "vocabulary has 512 tokens");
+  bad({.kind = DraftKind::self}, "needs self_layers");
+  bad({.kind = DraftKind::self, .self_layers = {3, 2}}, "ascend");
+  bad({.kind = DraftKind::self, .self_layers = {0, 18}}, "not a layer");
+  bad({.kind = DraftKind::self, .self_vocab = 100}, "self_vocab");
   auto vocab_only = Model::load(test::real_model_path(), {.threads = 1, .vocab_only = true});
   bad({.kind = DraftKind::model, .draft_model = vocab_only}, "vocab_only");
 }

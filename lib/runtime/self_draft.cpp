@@ -1,0 +1,175 @@
+// The model as its own, cheaper draft (DraftKind::self): a subset of its layers, an
+// output matrix cut to the most likely tokens, and/or a Q4_0 copy of its matrices.
+// The derived weights are made once per model and option set and kept by the
+// model; each generate() gets a small KV cache and a forward pass of its own, run
+// on the model's backend (its one thread pool) under the executor's lock.
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+
+#include "common/fail.hpp"
+#include "model/forward.hpp"
+#include "quant/quant.hpp"
+#include "runtime/model_impl.hpp"
+#include "runtime/self_draft.hpp"
+
+namespace ember::runtime {
+namespace {
+
+using backend::Tensor;
+
+// Bits a value takes in `type` (blocks included).
+double bits_per_value(quant::DType type) {
+  const auto& info = quant::type_info(type);
+  return 8.0 * info.block_bytes / info.block_elems;
+}
+
+// A copy of `t`'s rows `ids` (all rows when empty), requantized to Q4_0 when
+// `lowbit` and the type takes more than 4.5 bits, in a buffer of `be`'s.
+Tensor derive_matrix(const Tensor& t, std::span<const int32_t> ids, bool lowbit, backend::Backend& be,
+                     std::vector<std::shared_ptr<backend::Buffer>>& keep) {
+  const bool requant = lowbit && bits_per_value(t.type) > 4.5 && t.cols % 32 == 0;
+  if (ids.empty() && !requant) return t;
+  const auto rows = ids.empty() ? t.rows : int64_t(ids.size());
+  const quant::DType type = requant ? quant::DType::q4_0 : t.type;
+  const size_t row_bytes = quant::row_bytes(type, t.cols);
+  std::shared_ptr<backend::Buffer> buffer = be.allocate(row_bytes * size_t(rows));
+  Tensor out = backend::make_tensor(*buffer, 0, type, rows, t.cols);
+  std::vector<float> values(size_t(t.cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t from = ids.empty() ? r : ids[size_t(r)];
+    if (requant) {
+      quant::dequantize_row(t.type, t.row_ptr(from), values.data(), t.cols);
+      quant::quantize_row(type, values.data(), out.row_ptr(r), t.cols);
+    } else {
+      std::copy_n(t.row_ptr(from), row_bytes, out.row_ptr(r));
+    }
+  }
+  keep.push_back(std::move(buffer));
+  return out;
+}
+
+// The N most likely tokens: by the vocabulary's piece scores when it has them
+// (SentencePiece unigram log-probabilities), else the lowest ids (BPE vocabularies
+// number tokens roughly by merge order, frequent first). Ascending ids.
+std::vector<int32_t> frequent_tokens(const tok::Tokenizer& tokenizer, int32_t n) {
+  std::vector<int32_t> ids(size_t(tokenizer.n_vocab()));
+  std::iota(ids.begin(), ids.end(), 0);
+  bool scored = false;
+  for (int32_t id = 0; id < tokenizer.n_vocab() && !scored; ++id) scored = tokenizer.token_score(id) != 0.0f;
+  if (scored)
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](int32_t a, int32_t b) { return tokenizer.token_score(a) > tokenizer.token_score(b); });
+  ids.resize(size_t(n));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+class SelfSource final : public DraftSource {
+ public:
+  SelfSource(std::shared_ptr<const SelfDraftWeights> w, Executor& ex, int32_t context)
+      : w_(std::move(w)), ex_(ex), forward_(w_->hparams, w_->weights, ex.backend(), 512) {
+    kv::CacheConfig cfg;
+    cfg.n_layer = w_->hparams.n_layer;
+    for (const model::LayerParams& lp : w_->hparams.layers) cfg.layer_window.push_back(lp.window);
+    cfg.k_width = cfg.v_width = int64_t(w_->hparams.n_head_kv) * w_->hparams.head_dim_k;
+    cfg.max_tokens = cfg.max_seq_tokens = context;
+    cache_ = std::make_unique<kv::KVCache>(ex.backend(), cfg);
+  }
+
+  std::vector<int32_t> draft(std::span<const int32_t> context, int32_t k) override {
+    std::lock_guard lock(ex_.mutex());
+    size_t common = 0;
+    while (common < have_.size() && common < context.size() && have_[common] == context[common]) ++common;
+    if (common < have_.size()) {
+      if (!cache_->truncate(0, int32_t(common))) {
+        cache_->remove(0);
+        common = 0;
+      }
+      have_.resize(common);
+    }
+    std::vector<int32_t> out;
+    std::span<const int32_t> feed = context.subspan(common);
+    try {
+      while (int32_t(out.size()) < k && !feed.empty()) {
+        batch_.clear();
+        for (size_t i = 0; i < feed.size(); ++i)
+          batch_.push_back({feed[i], int32_t(have_.size() + i), 0, i + 1 == feed.size()});
+        forward_.run(*cache_, batch_, logits_);
+        have_.insert(have_.end(), feed.begin(), feed.end());
+        const auto best = size_t(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+        out.push_back(w_->vocab.empty() ? int32_t(best) : w_->vocab[best]);
+        feed = std::span<const int32_t>(out).subspan(out.size() - 1);
+      }
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::cache_full) throw;
+      // The draft's cache is full: propose what there is; the next call starts over.
+      cache_->remove(0);
+      have_.clear();
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<const SelfDraftWeights> w_;
+  Executor& ex_;
+  model::Forward forward_;
+  std::unique_ptr<kv::KVCache> cache_;
+  std::vector<int32_t> have_;  // tokens in the draft's cache
+  std::vector<model::BatchToken> batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace
+
+std::shared_ptr<const SelfDraftWeights> derive_self_draft(const Model::Impl& m, const SpeculativeOptions& o) {
+  const model::LoadedModel& base = *m.loaded;
+  const int n_layer = base.hparams.n_layer;
+  for (size_t i = 0; i < o.self_layers.size(); ++i) {
+    require(o.self_layers[i] >= 0 && o.self_layers[i] < n_layer,
+            "SpeculativeOptions::self_layers[{}] = {} is not a layer of this model (0 to {})", i, o.self_layers[i],
+            n_layer - 1);
+    require(i == 0 || o.self_layers[i] > o.self_layers[i - 1],
+            "SpeculativeOptions::self_layers must ascend without repeats (at index {})", i);
+  }
+  require(o.self_vocab == 0 || (o.self_vocab >= 256 && o.self_vocab <= base.hparams.n_vocab),
+          "SpeculativeOptions::self_vocab must be 0 or in [256, {}], got {}", base.hparams.n_vocab, o.self_vocab);
+  require(!o.self_layers.empty() || o.self_vocab > 0 || o.self_lowbit,
+          "SpeculativeOptions: a self draft needs self_layers, self_vocab or self_lowbit (else it is the model itself)");
+
+  std::string key = std::to_string(o.self_vocab) + (o.self_lowbit ? "/q4" : "/") + ":";
+  for (const int32_t l : o.self_layers) key += std::to_string(l) + ",";
+  std::lock_guard lock(m.self_draft_mutex);
+  if (auto it = m.self_drafts.find(key); it != m.self_drafts.end()) return it->second;
+
+  auto d = std::make_shared<SelfDraftWeights>();
+  backend::Backend& be = m.executor().backend();
+  d->hparams = base.hparams;
+  d->weights = base.weights;
+  if (!o.self_layers.empty()) {
+    d->hparams.layers.clear();
+    d->weights.layers.clear();
+    for (const int32_t l : o.self_layers) {
+      d->hparams.layers.push_back(base.hparams.layers[size_t(l)]);
+      d->weights.layers.push_back(base.weights.layers[size_t(l)]);
+    }
+    d->hparams.n_layer = int(o.self_layers.size());
+  }
+  if (o.self_vocab > 0) d->vocab = frequent_tokens(m.require_tokenizer(), o.self_vocab);
+  d->weights.output = derive_matrix(base.weights.output, d->vocab, o.self_lowbit, be, d->buffers);
+  if (o.self_lowbit) {
+    for (model::LayerWeights& L : d->weights.layers)
+      for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        *t = derive_matrix(*t, {}, true, be, d->buffers);
+  }
+  m.logger.info("speculative: self draft of {} layers, {} output rows{}", d->hparams.n_layer, d->weights.output.rows,
+                o.self_lowbit ? ", Q4_0 matrices" : "");
+  m.self_drafts.emplace(key, d);
+  return d;
+}
+
+std::unique_ptr<DraftSource> make_self_source(const Model::Impl& m, const SpeculativeOptions& o, int32_t context) {
+  return std::make_unique<SelfSource>(derive_self_draft(m, o), m.executor(), context);
+}
+
+}  // namespace ember::runtime
