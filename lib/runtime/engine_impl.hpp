@@ -19,6 +19,7 @@
 #include "runtime/generation.hpp"
 #include "runtime/model_impl.hpp"
 #include "runtime/sequence.hpp"
+#include "runtime/speculative.hpp"
 
 namespace ember {
 
@@ -33,6 +34,9 @@ struct EngineRequest {
   std::optional<Sampler> sampler;
   std::unique_ptr<runtime::Sequence> seq;
   std::unique_ptr<runtime::Generation> gen;
+  // Speculative decoding (GenerateOptions::speculative), when asked for and possible.
+  std::unique_ptr<runtime::DraftSource> drafts;
+  std::unique_ptr<runtime::SpeculativeState> spec;
   RequestResult published;
   bool cancel_requested = false;  // under Impl::mutex
   bool ended = false;             // finished or rejected (under Impl::mutex)
@@ -58,6 +62,7 @@ struct EngineCounters {
   uint64_t steps = 0, step_tokens = 0;
   double busy_seconds = 0.0, scheduler_seconds = 0.0, sampling_seconds = 0.0;
   uint64_t prefix_lookup = 0, prefix_hits = 0, preemptions = 0;
+  uint64_t drafted = 0, accepted = 0;  // speculative tokens
   metrics::Histogram ttft, tpot, e2e, queue;
 };
 

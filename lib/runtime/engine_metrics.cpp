@@ -71,6 +71,9 @@ EngineMetrics Engine::Impl::snapshot() const {
   s.prefix_hit_tokens = c.prefix_hits;
   s.prefix_hit_rate = ratio(double(c.prefix_hits), double(c.prefix_lookup));
   s.preemptions = c.preemptions;
+  s.draft_tokens = c.drafted;
+  s.accepted_tokens = c.accepted;
+  s.acceptance_rate = ratio(double(c.accepted), double(c.drafted));
   if (options.price_per_hour > 0 && c.generated_tokens > 0)
     s.cost_per_million_tokens = options.price_per_hour * (c.busy_seconds / 3600.0) * 1e6 / double(c.generated_tokens);
   return s;

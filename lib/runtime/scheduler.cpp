@@ -100,6 +100,7 @@ void Engine::Impl::prepare(EngineRequest& r) {
     };
     r.gen = std::make_unique<runtime::Generation>(*r.seq, *r.sampler, r.request.generate, std::move(sink), r.prompt,
                                                   r.request.logprobs);
+    if (r.drafts && !r.spec) r.spec = std::make_unique<runtime::SpeculativeState>(r.request.generate.speculative);
   }
 }
 
@@ -222,23 +223,31 @@ int32_t Engine::Impl::step_locked() {
   admit(t0);
   std::vector<runtime::StepPart> parts;
   std::vector<std::shared_ptr<EngineRequest>> owners;
+  std::vector<bool> speculative;  // the part carries drafts to verify (or is a speculative request's plain step)
   int64_t budget = options.max_batch_tokens;
   const std::vector<std::shared_ptr<EngineRequest>> batch_order = running;
-  // Decode tokens first: a running generation never waits for a prompt.
+  // Decode tokens first: a running generation never waits for a prompt. A
+  // speculative request adds its drafts, within the step's token budget.
   for (const auto& r : batch_order) {
     if (budget == 0) break;
     if (!r->gen->prefilling() && r->seq->n_pending() <= 1) {
-      parts.push_back(r->gen->next_part(1));
+      const bool spec = r->spec && r->seq->n_pending() == 1 && !r->gen->done();
+      parts.push_back(spec ? runtime::begin_speculative_step(*r->gen, *r->seq, *r->drafts, *r->spec, budget - 1)
+                           : r->gen->next_part(1));
       owners.push_back(r);
+      speculative.push_back(spec);
       budget -= int64_t(parts.back().tokens.size());
     }
   }
+  const std::vector<std::shared_ptr<EngineRequest>> decoding = owners;  // (their drafts are pending too)
   for (const auto& r : batch_order) {
     if (budget == 0) break;
+    if (std::find(decoding.begin(), decoding.end(), r) != decoding.end()) continue;
     if (r->gen->prefilling() || r->seq->n_pending() > 1) {
       const int64_t chunk = std::min<int64_t>({budget, options.prefill_chunk_size, r->seq->chunk()});
       parts.push_back(r->gen->next_part(size_t(chunk)));
       owners.push_back(r);
+      speculative.push_back(false);
       budget -= int64_t(parts.back().tokens.size());
     }
   }
@@ -251,6 +260,8 @@ int32_t Engine::Impl::step_locked() {
                         options.batch_invariant ? backend::SumOrder::batch_invariant : backend::SumOrder::llama_cpp);
   } catch (const Error& err) {
     // The pass itself failed and nothing of it stays: end the requests it held.
+    for (size_t i = 0; i < owners.size(); ++i)
+      if (speculative[i]) runtime::abandon_speculative_step(*owners[i]->seq, *owners[i]->spec);
     for (const auto& r : owners) {
       r->published.error = err.what();
       r->gen->finish(StopReason::cancelled);
@@ -267,17 +278,29 @@ int32_t Engine::Impl::step_locked() {
   for (size_t i = 0; i < parts.size(); ++i) {
     EngineRequest& r = *owners[i];
     runtime::StepPart& part = parts[i];
-    if (part.status == runtime::StepStatus::cache_full &&
+    const bool drafted = speculative[i] && part.tokens.size() > 1;
+    if (part.status == runtime::StepStatus::cache_full && !drafted &&
         (r.seq->evicts() || r.seq->tokens().size() <= size_t(capacity))) {
+      if (speculative[i]) runtime::abandon_speculative_step(*r.seq, *r.spec);
       ++pool_short;  // the pool, not the request's context, is full: retry after a preemption
       continue;
     }
     // Tokens evaluated before the generation samples are prompt (or recomputed context).
-    if (part.status == runtime::StepStatus::ok && (r.gen->prefilling() || part.tokens.size() > 1))
+    if (part.status == runtime::StepStatus::ok && !speculative[i] && (r.gen->prefilling() || part.tokens.size() > 1))
       prompt_tokens += part.tokens.size();
     const size_t before = r.gen->result().tokens.size();
     const auto sample_start = EngineClock::now();
-    r.gen->after_step(part);
+    if (speculative[i]) {
+      SpeculativeMetrics& sm = r.gen->result().speculative;
+      const int64_t drafted_before = sm.drafted, accepted_before = sm.accepted;
+      // A part whose drafts did not fit drops them and retries plainly next step.
+      runtime::finish_speculative_step(*r.gen, *r.seq, part, *r.spec, seconds_between(t1, t2), sm);
+      std::lock_guard lock(metrics_mutex);
+      counters.drafted += uint64_t(sm.drafted - drafted_before);
+      counters.accepted += uint64_t(sm.accepted - accepted_before);
+    } else {
+      r.gen->after_step(part);
+    }
     sampling += seconds_between(sample_start, EngineClock::now());
     generated += r.gen->result().tokens.size() - before;
     if (r.gen->done()) {

@@ -86,87 +86,101 @@ void DraftPolicy::after_verify(int32_t drafted, int32_t accepted, double draft_s
 
 // ---- verification ----
 
+StepPart begin_speculative_step(Generation& g, Sequence& seq, DraftSource& source, SpeculativeState& st,
+                                int64_t max_drafts) {
+  const auto n_vocab = size_t(seq.model_impl().loaded->hparams.n_vocab);
+  st.n0 = seq.tokens().size();  // the last sampled token is pending at n0 - 1
+  // Drafts beyond what max_tokens or the context can still take are wasted.
+  const int64_t room = std::min<int64_t>({int64_t(g.tokens_left()) - 1, int64_t(seq.capacity()) - int64_t(st.n0),
+                                          max_drafts});
+  const int32_t k = st.force_plain ? 0 : int32_t(std::clamp<int64_t>(st.policy.next_k(), 0, std::max<int64_t>(room, 0)));
+  st.force_plain = false;
+  const auto draft_start = Clock::now();
+  st.drafts = k > 0 ? source.draft(seq.tokens(), k) : std::vector<int32_t>{};
+  if (int32_t(st.drafts.size()) > k) st.drafts.resize(size_t(k));
+  if (int32_t(st.drafts.size()) < st.options.draft_min) st.drafts.clear();
+  st.draft_seconds = since(draft_start);
+  seq.append(st.drafts);
+  st.rows.resize((st.drafts.size() + 1) * n_vocab);
+  st.sink = [&st, n_vocab](size_t i, std::span<const float> row) {
+    std::copy(row.begin(), row.end(), st.rows.begin() + long(i * n_vocab));
+  };
+  return seq.next_part(st.drafts.size() + 1, &st.sink, st.n0 - 1);
+}
+
+void abandon_speculative_step(Sequence& seq, SpeculativeState& st) {
+  seq.rewind(st.n0);
+  st.drafts.clear();
+}
+
+void finish_speculative_step(Generation& g, Sequence& seq, const StepPart& part, SpeculativeState& st,
+                             double step_seconds, SpeculativeMetrics& metrics) {
+  seq.finish_part(part);
+  const size_t m = st.drafts.size(), n0 = st.n0;
+  const auto n_vocab = size_t(seq.model_impl().loaded->hparams.n_vocab);
+  if (part.status != StepStatus::ok) {
+    abandon_speculative_step(seq, st);  // the drafts go; the last sampled token stays pending
+    if (part.status == StepStatus::cancelled) {
+      g.finish(StopReason::cancelled);
+    } else if (m > 0) {
+      st.force_plain = true;  // the drafts did not fit: try the token alone
+    } else {
+      g.finish(StopReason::context_full);
+    }
+    return;
+  }
+  // The target's own pick at every position, in order, with the request's sampler.
+  size_t accepted = 0;
+  bool extra = false;  // a picked token beyond the accepted drafts joined the output
+  for (size_t i = 0; i <= m; ++i) {
+    const std::optional<int32_t> token =
+        g.sample_from(std::span<const float>(st.rows).subspan(i * n_vocab, n_vocab), n0 + i, /*append=*/false);
+    if (!token) break;
+    if (i < m && *token == st.drafts[i]) {
+      ++accepted;
+      if (g.done()) break;
+      continue;
+    }
+    extra = true;
+    break;
+  }
+  seq.rewind(n0 + accepted);  // rejected drafts leave the cache
+  if (extra) {
+    const int32_t last[1] = {g.result().tokens.back()};
+    seq.append(last);  // pending, like a plainly sampled token
+  }
+  if (m > 0) {
+    ++metrics.steps;
+    metrics.drafted += int64_t(m);
+    metrics.accepted += int64_t(accepted);
+    metrics.draft_seconds += st.draft_seconds;
+    metrics.verify_seconds += step_seconds;
+    st.policy.after_verify(int32_t(m), int32_t(accepted), st.draft_seconds, step_seconds);
+  } else {
+    ++metrics.plain_steps;
+    metrics.plain_seconds += step_seconds;
+    metrics.draft_seconds += st.draft_seconds;
+    st.policy.after_plain(step_seconds + st.draft_seconds);
+  }
+  metrics.current_k = st.policy.k();
+  st.drafts.clear();
+}
+
 void run_speculative(Generation& g, Sequence& seq, DraftSource& source, const SpeculativeOptions& options,
                      std::atomic<bool>& cancel, SpeculativeMetrics& metrics) {
-  DraftPolicy policy(options);
-  const auto n_vocab = size_t(seq.model_impl().loaded->hparams.n_vocab);
-  std::vector<float> rows;
-  bool force_plain = false;
+  SpeculativeState st(options);
+  metrics.current_k = st.policy.k();
   while (!g.done()) {
     if (cancel.exchange(false)) {
       g.finish(StopReason::cancelled);
       break;
     }
-    const size_t n0 = seq.tokens().size();  // the last sampled token is pending at n0 - 1
-    // Drafts beyond what max_tokens or the context can still take are wasted.
-    const int64_t room = std::min<int64_t>(int64_t(g.tokens_left()) - 1, int64_t(seq.capacity()) - int64_t(n0));
-    const int32_t k = force_plain ? 0 : int32_t(std::clamp<int64_t>(policy.next_k(), 0, std::max<int64_t>(room, 0)));
-    force_plain = false;
-    const auto draft_start = Clock::now();
-    std::vector<int32_t> drafts = k > 0 ? source.draft(seq.tokens(), k) : std::vector<int32_t>{};
-    if (int32_t(drafts.size()) > k) drafts.resize(size_t(k));
-    if (int32_t(drafts.size()) < options.draft_min) drafts.clear();
-    const double draft_seconds = since(draft_start);
-    const auto m = drafts.size();
-
-    seq.append(drafts);
-    rows.resize((m + 1) * n_vocab);
-    const std::function<void(size_t, std::span<const float>)> sink = [&](size_t i, std::span<const float> row) {
-      std::copy(row.begin(), row.end(), rows.begin() + long(i * n_vocab));
-    };
+    StepPart part = begin_speculative_step(g, seq, source, st, 16);
     const auto step_start = Clock::now();
-    StepPart part = seq.next_part(m + 1, &sink, n0 - 1);
     seq.executor().step(seq.cache(), std::span(&part, 1), &cancel, seq.sum_order());
-    seq.finish_part(part);
-    const double step_seconds = since(step_start);
-    if (part.status != StepStatus::ok) {
-      seq.rewind(n0);  // the drafts go; the last sampled token stays pending
-      if (part.status == StepStatus::cancelled) {
-        cancel.store(false);
-        g.finish(StopReason::cancelled);
-      } else if (m > 0) {
-        force_plain = true;  // the drafts did not fit: try the token alone
-      } else {
-        g.finish(StopReason::context_full);
-      }
-      continue;
-    }
-
-    // The target's own pick at every position, in order, with the request's sampler.
-    size_t accepted = 0;
-    bool extra = false;  // a picked token beyond the accepted drafts joined the output
-    for (size_t i = 0; i <= m; ++i) {
-      const std::optional<int32_t> token =
-          g.sample_from(std::span<const float>(rows).subspan(i * n_vocab, n_vocab), n0 + i, /*append=*/false);
-      if (!token) break;
-      if (i < m && *token == drafts[i]) {
-        ++accepted;
-        if (g.done()) break;
-        continue;
-      }
-      extra = true;
-      break;
-    }
-    seq.rewind(n0 + accepted);  // rejected drafts leave the cache
-    if (extra) {
-      const int32_t last[1] = {g.result().tokens.back()};
-      seq.append(last);  // pending, like a plainly sampled token
-    }
-    if (m > 0) {
-      ++metrics.steps;
-      metrics.drafted += int64_t(m);
-      metrics.accepted += int64_t(accepted);
-      metrics.draft_seconds += draft_seconds;
-      metrics.verify_seconds += step_seconds;
-      policy.after_verify(int32_t(m), int32_t(accepted), draft_seconds, step_seconds);
-    } else {
-      ++metrics.plain_steps;
-      metrics.plain_seconds += step_seconds;
-      metrics.draft_seconds += draft_seconds;
-      policy.after_plain(step_seconds + draft_seconds);
-    }
+    if (part.status == StepStatus::cancelled) cancel.store(false);
+    finish_speculative_step(g, seq, part, st, since(step_start), metrics);
   }
-  metrics.current_k = policy.k();
 }
 
 }  // namespace ember::runtime

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -56,6 +57,36 @@ class DraftPolicy {
   double verify_cost_ = 0.0;      // seconds of drafting + verifying one step at k_ (running mean)
   int32_t paused_for_ = 0;        // plain tokens still to take before drafting again
 };
+
+// The speculative state of one generation between and within its steps.
+struct SpeculativeState {
+  explicit SpeculativeState(const SpeculativeOptions& o) : options(o), policy(o) {}
+  SpeculativeOptions options;
+  DraftPolicy policy;
+  // The step in flight: the drafts appended after the pending token at n0 - 1, and
+  // the logits rows [drafts + 1][n_vocab] the step writes through `sink`.
+  std::vector<int32_t> drafts;
+  size_t n0 = 0;
+  std::vector<float> rows;
+  std::function<void(size_t, std::span<const float>)> sink;
+  double draft_seconds = 0.0;
+  bool force_plain = false;  // the last drafts did not fit the cache: one plain step
+};
+
+// A speculative step's part for `generation` (not prefilling, its last sampled token
+// pending): drafts up to min(k, max_drafts) tokens and appends them. The part and
+// the state must stay alive and untouched until finish_speculative_step().
+StepPart begin_speculative_step(Generation& generation, Sequence& seq, DraftSource& source, SpeculativeState& state,
+                                int64_t max_drafts);
+// Books the step: on ok, picks tokens from the rows with the generation's sampler,
+// keeps the drafts that match and rolls the others back; on cancelled ends the
+// generation; on cache_full drops the drafts and, when there were any, leaves the
+// generation to retry plainly at its next step.
+void finish_speculative_step(Generation& generation, Sequence& seq, const StepPart& part, SpeculativeState& state,
+                             double step_seconds, SpeculativeMetrics& metrics);
+// Drops the drafts of a step that did not run (the pool was short), keeping the
+// pending token.
+void abandon_speculative_step(Sequence& seq, SpeculativeState& state);
 
 // Runs `generation` to its end with speculative steps on `seq` (whose next pending
 // token is the last sampled one). Rejected drafts are rolled back from the cache.

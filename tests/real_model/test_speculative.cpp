@@ -149,3 +149,47 @@ TEST_CASE("speculation is off under KV eviction, and bad options are errors that
   auto vocab_only = Model::load(test::real_model_path(), {.threads = 1, .vocab_only = true});
   bad({.kind = DraftKind::model, .draft_model = vocab_only}, "vocab_only");
 }
+
+TEST_CASE("speculative requests in the Engine give the tokens of plain requests", "[speculative][engine]") {
+  auto model = test::gemma();
+  const std::vector<std::string> prompts = {kRepetitive, "Once upon a time, in a small village,",
+                                            "The three primary colours are", kRepetitive + "    if b == 0:\n"};
+  auto run_all = [&](const SpeculativeOptions& spec) {
+    auto engine = Engine::create(model, {.kv = {.max_tokens = 1024}});
+    std::vector<RequestHandle> handles;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Request r;
+      r.prompt = prompts[i];
+      r.sampler = i % 2 == 0 ? greedy() : SamplerOptions{.temperature = 0.8f, .seed = 40 + i};
+      r.generate = with(spec, 32);
+      handles.push_back(engine->submit(r));
+    }
+    while (engine->pending() > 0) engine->step();
+    std::vector<std::vector<int32_t>> out;
+    for (const RequestHandle h : handles) {
+      const RequestResult r = engine->result(h);
+      REQUIRE(r.state == RequestState::finished);
+      out.push_back(r.tokens);
+    }
+    return std::make_pair(out, engine->metrics());
+  };
+  const auto [plain, plain_metrics] = run_all({});
+  CHECK(plain_metrics.draft_tokens == 0);
+  for (const SpeculativeOptions& spec :
+       {SpeculativeOptions{.kind = DraftKind::lookup, .draft_max = 6, .adaptive = false},
+        SpeculativeOptions{.kind = DraftKind::self, .self_vocab = 16384, .adaptive = true}}) {
+    const auto [out, metrics] = run_all(spec);
+    CHECK(out == plain);
+    CHECK(metrics.draft_tokens > 0);
+    CHECK(metrics.accepted_tokens > 0);
+    CHECK(metrics.acceptance_rate > 0.0);
+  }
+  // A bad speculative option rejects the request with the reason.
+  auto engine = Engine::create(model);
+  Request bad;
+  bad.prompt = "Hello";
+  bad.generate.speculative = {.kind = DraftKind::lookup, .draft_max = 99};
+  const RequestResult r = engine->result(engine->submit(bad));
+  CHECK(r.state == RequestState::rejected);
+  CHECK_THAT(r.error, Catch::Matchers::Contains("draft_max"));
+}
