@@ -49,7 +49,8 @@ struct SpeculativeOptions {
   //     scores, else the lowest ids), as in FR-Spec: the output matrix, which a
   //     model with a large vocabulary pays for at every token, shrinks to N rows.
   //     0 = the whole vocabulary; else [256, n_vocab].
-  //   self_lowbit: a Q4_0 copy of every matrix stored in more than 4.5 bits.
+  //   self_lowbit: a Q4_0 copy of every layer matrix stored in more than 4.5 bits
+  //     (the output matrix keeps its type; self_vocab makes it cheap).
   // The draft shares the model's thread pool and keeps a small KV cache of its own.
   std::vector<int32_t> self_layers;
   int32_t self_vocab = 0;

@@ -49,20 +49,27 @@ Tensor derive_matrix(const Tensor& t, std::span<const int32_t> ids, bool lowbit,
   return out;
 }
 
-// The N most likely tokens: by the vocabulary's piece scores when it has them
-// (SentencePiece unigram log-probabilities), else the lowest ids (BPE vocabularies
-// number tokens roughly by merge order, frequent first). Ascending ids.
+// The N tokens a draft keeps. Without a frequency table, two rules: every token
+// whose text is at most two bytes (ASCII and Latin characters, punctuation,
+// newlines: frequent everywhere, but a SentencePiece vocabulary scores its single
+// characters last), then the best by the vocabulary's piece scores when it has
+// them (merge order), else the lowest ids (BPE vocabularies number tokens roughly
+// by merge order, frequent first). Ascending ids.
 std::vector<int32_t> frequent_tokens(const tok::Tokenizer& tokenizer, int32_t n) {
-  std::vector<int32_t> ids(size_t(tokenizer.n_vocab()));
-  std::iota(ids.begin(), ids.end(), 0);
+  const int32_t n_vocab = tokenizer.n_vocab();
+  std::vector<int32_t> kept, rest;
+  for (int32_t id = 0; id < n_vocab; ++id)
+    (tokenizer.token_piece(id, true).size() <= 2 ? kept : rest).push_back(id);
+  if (int32_t(kept.size()) > n) kept.resize(size_t(n));
   bool scored = false;
-  for (int32_t id = 0; id < tokenizer.n_vocab() && !scored; ++id) scored = tokenizer.token_score(id) != 0.0f;
+  for (int32_t id = 0; id < n_vocab && !scored; ++id) scored = tokenizer.token_score(id) != 0.0f;
   if (scored)
-    std::stable_sort(ids.begin(), ids.end(),
+    std::stable_sort(rest.begin(), rest.end(),
                      [&](int32_t a, int32_t b) { return tokenizer.token_score(a) > tokenizer.token_score(b); });
-  ids.resize(size_t(n));
-  std::sort(ids.begin(), ids.end());
-  return ids;
+  rest.resize(size_t(n) - kept.size());
+  kept.insert(kept.end(), rest.begin(), rest.end());
+  std::sort(kept.begin(), kept.end());
+  return kept;
 }
 
 class SelfSource final : public DraftSource {
@@ -156,7 +163,9 @@ std::shared_ptr<const SelfDraftWeights> derive_self_draft(const Model::Impl& m, 
     d->hparams.n_layer = int(o.self_layers.size());
   }
   if (o.self_vocab > 0) d->vocab = frequent_tokens(m.require_tokenizer(), o.self_vocab);
-  d->weights.output = derive_matrix(base.weights.output, d->vocab, o.self_lowbit, be, d->buffers);
+  // The output matrix keeps its type (as llama-quantize keeps it wider): its error
+  // moves every logit, and self_vocab is what makes it cheap.
+  d->weights.output = derive_matrix(base.weights.output, d->vocab, false, be, d->buffers);
   if (o.self_lowbit) {
     for (model::LayerWeights& L : d->weights.layers)
       for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
