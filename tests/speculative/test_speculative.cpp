@@ -160,3 +160,21 @@ TEST_CASE("speculative sampling follows the model's distribution; a wrong accept
   CHECK(chi < chi_square_critical(dof));
   CHECK(chi_wrong > chi_square_critical(dof_wrong));
 }
+
+TEST_CASE("a draft model larger than the target is allowed, with a warning", "[speculative]") {
+  std::vector<std::string> warnings;
+  ModelOptions options{.threads = 1};
+  options.log = [&](LogLevel level, std::string_view message) {
+    if (level == LogLevel::warning) warnings.emplace_back(message);
+  };
+  auto target = Model::load(test::golden_dir() / "llama-Q4_0.gguf", options);
+  auto draft = golden("llama-F16");  // same vocabulary, four times the weight bytes
+  REQUIRE(draft->info().weight_bytes > target->info().weight_bytes);
+  const auto prompt = repeating_prompt(int32_t(target->info().n_vocab));
+  const GenerateResult plain = run(target, prompt, Sampler::greedy().options(), {}, 12);
+  const GenerateResult r = run(target, prompt, Sampler::greedy().options(),
+                               {.kind = DraftKind::model, .draft_model = draft, .adaptive = false}, 12);
+  CHECK(r.tokens == plain.tokens);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Matchers::Contains("more weight bytes"));
+}
