@@ -9,9 +9,11 @@
  *     thread's last error message (ember_last_error) names the cause and the
  *     object is left as it was before the call. No C++ exception crosses this API.
  *   - Options structs start with struct_size. Get them from
- *     ember_*_default_options() and change the fields you need: a program built
- *     against an older ember.h passes a smaller struct_size, and ember uses the
- *     defaults for the fields it did not know.
+ *     ember_*_default_options() (inline: it calls ember_*_init with the size this
+ *     header knows) and change the fields you need: a program built against an
+ *     older ember.h passes a smaller struct_size, ember writes and reads only that
+ *     many bytes and uses its defaults for the fields it did not know. Nothing is
+ *     returned by value across the library boundary.
  *   - Strings in are UTF-8 with an explicit length (or NUL-terminated where the
  *     parameter says so). Strings and arrays out are written into caller buffers:
  *     the call stores the full size in *needed (for strings, without the NUL) and
@@ -90,7 +92,14 @@ typedef struct ember_model_options {
   void* progress_user;
 } ember_model_options;
 
-EMBER_API ember_model_options ember_model_default_options(void);
+/* Fills the first `struct_size` bytes of *options with the defaults (the fields a
+ * caller built against this or an older header knows) and sets its struct_size. */
+EMBER_API void ember_model_options_init(ember_model_options* options, size_t struct_size);
+static inline ember_model_options ember_model_default_options(void) {
+  ember_model_options o;
+  ember_model_options_init(&o, sizeof o);
+  return o;
+}
 
 /* Loads a GGUF file (path NUL-terminated). options may be NULL for the defaults. */
 EMBER_API ember_status ember_model_load(const char* path, const ember_model_options* options, ember_model** out);
@@ -173,7 +182,14 @@ typedef struct ember_sampler_options {
   size_t n_banned_tokens;
 } ember_sampler_options;
 
-EMBER_API ember_sampler_options ember_sampler_default_options(void);
+/* Fills the first `struct_size` bytes of *options with the defaults (the fields a
+ * caller built against this or an older header knows) and sets its struct_size. */
+EMBER_API void ember_sampler_options_init(ember_sampler_options* options, size_t struct_size);
+static inline ember_sampler_options ember_sampler_default_options(void) {
+  ember_sampler_options o;
+  ember_sampler_options_init(&o, sizeof o);
+  return o;
+}
 EMBER_API ember_status ember_sampler_create(const ember_sampler_options* options, ember_sampler** out);
 EMBER_API void ember_sampler_free(ember_sampler* sampler);
 /* Picks a token from logits[n_logits]. */
@@ -204,7 +220,14 @@ typedef struct ember_session_options {
   int32_t prefill_chunk_size; /* default 512 */
 } ember_session_options;
 
-EMBER_API ember_session_options ember_session_default_options(void);
+/* Fills the first `struct_size` bytes of *options with the defaults (the fields a
+ * caller built against this or an older header knows) and sets its struct_size. */
+EMBER_API void ember_session_options_init(ember_session_options* options, size_t struct_size);
+static inline ember_session_options ember_session_default_options(void) {
+  ember_session_options o;
+  ember_session_options_init(&o, sizeof o);
+  return o;
+}
 EMBER_API ember_status ember_session_create(const ember_model* model, const ember_session_options* options,
                                             ember_session** out);
 EMBER_API void ember_session_free(ember_session* session);
@@ -237,6 +260,13 @@ typedef enum ember_stop_reason {
   EMBER_STOP_CONTEXT_FULL = 6
 } ember_stop_reason;
 
+typedef enum ember_draft_kind {
+  EMBER_DRAFT_NONE = 0,
+  EMBER_DRAFT_MODEL = 1,  /* a separate draft model */
+  EMBER_DRAFT_LOOKUP = 2, /* prompt lookup */
+  EMBER_DRAFT_SELF = 3    /* the model itself, made cheaper */
+} ember_draft_kind;
+
 typedef struct ember_generate_options {
   size_t struct_size;
   int32_t max_tokens;                 /* default 256 */
@@ -248,9 +278,27 @@ typedef struct ember_generate_options {
   int32_t add_bos;                    /* default 1 */
   int32_t parse_special;              /* default 1 */
   int32_t logprobs;                   /* default 0 */
+  /* Speculative decoding (lossless; docs/speculative.md): */
+  ember_draft_kind draft_kind;        /* default EMBER_DRAFT_NONE */
+  const ember_model* draft_model;     /* EMBER_DRAFT_MODEL: same vocabulary; must outlive the call */
+  int32_t draft_max;                  /* drafted tokens per step, [1, 16]; default 4 */
+  int32_t draft_min;                  /* default 1 */
+  float draft_p_min;                  /* default 0 */
+  int32_t draft_adaptive;             /* default 1 */
+  const int32_t* self_layers;         /* EMBER_DRAFT_SELF: layers kept (NULL = all); copied */
+  size_t n_self_layers;
+  int32_t self_vocab;                 /* EMBER_DRAFT_SELF: tokens scored (0 = all) */
+  int32_t self_lowbit;                /* EMBER_DRAFT_SELF: Q4_0 copy of the layer matrices */
 } ember_generate_options;
 
-EMBER_API ember_generate_options ember_generate_default_options(void);
+/* Fills the first `struct_size` bytes of *options with the defaults (the fields a
+ * caller built against this or an older header knows) and sets its struct_size. */
+EMBER_API void ember_generate_options_init(ember_generate_options* options, size_t struct_size);
+static inline ember_generate_options ember_generate_default_options(void) {
+  ember_generate_options o;
+  ember_generate_options_init(&o, sizeof o);
+  return o;
+}
 
 typedef struct ember_generate_result {
   size_t struct_size;      /* set by the caller: sizeof(ember_generate_result) */
@@ -263,6 +311,8 @@ typedef struct ember_generate_result {
   double prefill_seconds;
   double decode_seconds;
   double time_to_first_token;
+  int64_t drafted;         /* speculative tokens proposed */
+  int64_t accepted;        /* of these, kept */
 } ember_generate_result;
 
 /* Prefills `prompt` (NUL-terminated; may be "" to continue) and samples up to
@@ -333,9 +383,23 @@ typedef struct ember_request_result {
   double queue_seconds, time_to_first_token, time_per_output_token, total_seconds;
 } ember_request_result;
 
-EMBER_API ember_engine_options ember_engine_default_options(void);
+/* Fills the first `struct_size` bytes of *options with the defaults (the fields a
+ * caller built against this or an older header knows) and sets its struct_size. */
+EMBER_API void ember_engine_options_init(ember_engine_options* options, size_t struct_size);
+static inline ember_engine_options ember_engine_default_options(void) {
+  ember_engine_options o;
+  ember_engine_options_init(&o, sizeof o);
+  return o;
+}
 /* A request with every field at its default (no prompt yet). */
-EMBER_API ember_request ember_request_default(void);
+/* Fills the first `struct_size` bytes of *options with the defaults (the fields a
+ * caller built against this or an older header knows) and sets its struct_size. */
+EMBER_API void ember_request_init(ember_request* options, size_t struct_size);
+static inline ember_request ember_request_default(void) {
+  ember_request o;
+  ember_request_init(&o, sizeof o);
+  return o;
+}
 EMBER_API ember_status ember_engine_create(const ember_model* model, const ember_engine_options* options,
                                            ember_engine** out);
 /* Shuts down (ending requests as cancelled), stops its thread, frees it. */

@@ -87,6 +87,14 @@ T read_versioned(const T* in, T defaults, const char* what) {
   return defaults;
 }
 
+// ember_*_init: the defaults into the caller's struct, as far as its size goes.
+template <class T>
+void init_versioned(T* out, size_t size, T defaults) {
+  if (!out || size < sizeof(size_t)) return;
+  defaults.struct_size = size;
+  std::memcpy(static_cast<void*>(out), &defaults, std::min(size, sizeof(T)));
+}
+
 // Writes a filled result struct into the caller's, as far as its struct_size goes.
 template <class T>
 void write_versioned(T* out, T value, const char* what) {

@@ -103,6 +103,20 @@ GenerateOptions to_cpp(const ember_generate_options& o) {
   g.add_bos = o.add_bos != 0;
   g.parse_special = o.parse_special != 0;
   g.logprobs = o.logprobs != 0;
+  require(o.draft_kind >= EMBER_DRAFT_NONE && o.draft_kind <= EMBER_DRAFT_SELF,
+          "ember_generate_options.draft_kind has an unknown value {}", int(o.draft_kind));
+  static constexpr DraftKind kKinds[] = {DraftKind::none, DraftKind::model, DraftKind::lookup, DraftKind::self};
+  SpeculativeOptions& s = g.speculative;
+  s.kind = kKinds[o.draft_kind];
+  if (o.draft_model) s.draft_model = o.draft_model->model;
+  s.draft_max = o.draft_max;
+  s.draft_min = o.draft_min;
+  s.draft_p_min = o.draft_p_min;
+  s.adaptive = o.draft_adaptive != 0;
+  if (o.n_self_layers > 0) require_arg(o.self_layers, "ember_generate_options.self_layers");
+  s.self_layers.assign(o.self_layers, o.self_layers + o.n_self_layers);
+  s.self_vocab = o.self_vocab;
+  s.self_lowbit = o.self_lowbit != 0;
   return g;
 }
 

@@ -40,7 +40,7 @@ Request to_cpp(const ember_request& r) {
 
 extern "C" {
 
-ember_engine_options ember_engine_default_options(void) {
+void ember_engine_options_init(ember_engine_options* out, size_t size) {
   const EngineOptions d;
   ember_engine_options o{};
   o.struct_size = sizeof(o);
@@ -54,13 +54,13 @@ ember_engine_options ember_engine_default_options(void) {
   o.slo_ttft_seconds = d.slo_ttft_seconds;
   o.slo_tpot_seconds = d.slo_tpot_seconds;
   o.price_per_hour = d.price_per_hour;
-  return o;
+  capi::init_versioned(out, size, o);
 }
 
-ember_request ember_request_default(void) {
+void ember_request_init(ember_request* out, size_t size) {
   ember_request r{};
   r.struct_size = sizeof(r);
-  return r;
+  capi::init_versioned(out, size, r);
 }
 
 ember_status ember_engine_create(const ember_model* model, const ember_engine_options* options, ember_engine** out) {

@@ -35,7 +35,7 @@ ember_status hand_out(std::shared_ptr<Model> model, ember_model** out) {
 
 extern "C" {
 
-ember_model_options ember_model_default_options(void) {
+void ember_model_options_init(ember_model_options* out, size_t size) {
   const ModelOptions d;
   ember_model_options o{};
   o.struct_size = sizeof(o);
@@ -45,7 +45,7 @@ ember_model_options ember_model_default_options(void) {
   o.kv_page_tokens = d.kv_page_tokens;
   o.kv_pool_tokens = d.kv_pool_tokens;
   o.kv_memory_budget = d.kv_memory_budget;
-  return o;
+  capi::init_versioned(out, size, o);
 }
 
 ember_status ember_model_load(const char* path, const ember_model_options* options, ember_model** out) {

@@ -29,7 +29,7 @@ extern "C" {
 
 // ---- samplers ----
 
-ember_sampler_options ember_sampler_default_options(void) {
+void ember_sampler_options_init(ember_sampler_options* out, size_t size) {
   const SamplerOptions d;
   ember_sampler_options o{};
   o.struct_size = sizeof(o);
@@ -42,7 +42,7 @@ ember_sampler_options ember_sampler_default_options(void) {
   o.presence_penalty = d.presence_penalty;
   o.penalty_last_n = d.penalty_last_n;
   o.seed = d.seed;
-  return o;
+  capi::init_versioned(out, size, o);
 }
 
 ember_status ember_sampler_create(const ember_sampler_options* options, ember_sampler** out) {
@@ -80,12 +80,12 @@ void ember_sampler_reset(ember_sampler* sampler) {
 
 // ---- sessions ----
 
-ember_session_options ember_session_default_options(void) {
+void ember_session_options_init(ember_session_options* out, size_t size) {
   ember_session_options o{};
   o.struct_size = sizeof(o);
   o.kv = capi::default_kv();
   o.prefill_chunk_size = SessionOptions{}.prefill_chunk_size;
-  return o;
+  capi::init_versioned(out, size, o);
 }
 
 ember_status ember_session_create(const ember_model* model, const ember_session_options* options,
@@ -141,7 +141,7 @@ ember_status ember_session_logits(const ember_session* session, const float** lo
   });
 }
 
-ember_generate_options ember_generate_default_options(void) {
+void ember_generate_options_init(ember_generate_options* out, size_t size) {
   const GenerateOptions d;
   ember_generate_options o{};
   o.struct_size = sizeof(o);
@@ -150,7 +150,12 @@ ember_generate_options ember_generate_default_options(void) {
   o.add_bos = d.add_bos;
   o.parse_special = d.parse_special;
   o.logprobs = d.logprobs;
-  return o;
+  o.draft_kind = EMBER_DRAFT_NONE;
+  o.draft_max = d.speculative.draft_max;
+  o.draft_min = d.speculative.draft_min;
+  o.draft_p_min = d.speculative.draft_p_min;
+  o.draft_adaptive = d.speculative.adaptive;
+  capi::init_versioned(out, size, o);
 }
 
 ember_status ember_session_generate(ember_session* session, const char* prompt, ember_sampler* sampler,
@@ -175,6 +180,8 @@ ember_status ember_session_generate(ember_session* session, const char* prompt, 
       out.prefill_seconds = r.metrics.prefill_seconds;
       out.decode_seconds = r.metrics.decode_seconds;
       out.time_to_first_token = r.metrics.time_to_first_token;
+      out.drafted = r.speculative.drafted;
+      out.accepted = r.speculative.accepted;
       capi::write_versioned(result, out, "ember_generate_result");
     }
     return EMBER_OK;

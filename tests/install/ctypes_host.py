@@ -41,8 +41,16 @@ class GenerateResult(C.Structure):
 
 
 TOKEN_FN = C.CFUNCTYPE(C.c_int, C.c_int32, C.POINTER(C.c_char), C.c_size_t, C.c_float, C.c_void_p)
-lib.ember_sampler_default_options.restype = SamplerOptions
-lib.ember_generate_default_options.restype = GenerateOptions
+
+# The structs above stop where ember.h 1.0.0's first version of them stopped; the
+# library has grown fields since (speculative options and counts). Passing these
+# smaller sizes is what an old binary does: ember must fill and read only them.
+def defaults(struct_type, init):
+    value = struct_type()
+    init(C.byref(value), C.sizeof(struct_type))
+    assert value.struct_size == C.sizeof(struct_type)
+    return value
+
 
 
 def check(status, what):
@@ -59,11 +67,11 @@ model = C.c_void_p()
 check(lib.ember_model_load(model_path, None, C.byref(model)), "load")
 session = C.c_void_p()
 check(lib.ember_session_create(model, None, C.byref(session)), "session")
-options = lib.ember_sampler_default_options()
+options = defaults(SamplerOptions, lib.ember_sampler_options_init)
 options.temperature = 0.0
 sampler = C.c_void_p()
 check(lib.ember_sampler_create(C.byref(options), C.byref(sampler)), "sampler")
-generate = lib.ember_generate_default_options()
+generate = defaults(GenerateOptions, lib.ember_generate_options_init)
 generate.max_tokens = 8
 generate.stop_at_end_of_generation = 0
 generate.logprobs = 1

@@ -86,6 +86,25 @@ TEST_CASE("C API: generation equals the C++ API's, streamed with ids and log-pro
   CHECK(expected.tokens == streamed.tokens);
   CHECK(expected.text == streamed.text);
 
+  // Speculative decoding through the C API: the same tokens, drafts counted.
+  ember_session* fast = nullptr;
+  REQUIRE(ember_session_create(cm.m, nullptr, &fast) == EMBER_OK);
+  ember_generate_options gs = g;
+  gs.draft_kind = EMBER_DRAFT_SELF;
+  gs.self_vocab = 16384;
+  gs.draft_adaptive = 0;
+  Streamed spec_stream;
+  ember_generate_result rs{};
+  rs.struct_size = sizeof(rs);
+  REQUIRE(ember_session_generate(fast, prompt, sampler, &gs, on_token, &spec_stream, &rs) == EMBER_OK);
+  CHECK(rs.drafted > 0);
+  CHECK(rs.accepted <= rs.drafted);
+  ember_session_free(fast);
+  // (greedy in the batch-invariant order: compare with a plain batch-invariant C++ session)
+  auto inv = model->new_session({.batch_invariant = true});
+  Sampler gi = Sampler::greedy();
+  CHECK(inv->generate(prompt, gi, {.max_tokens = 8, .stop_at_end_of_generation = false}).tokens == spec_stream.tokens);
+
   // The callback's EMBER_STOP ends generation.
   Streamed two;
   two.stop_after = 2;
