@@ -21,8 +21,9 @@ commands:
               perplexity of a text, scored like llama-perplexity
               --stream [--tokens N] [--batch 16] [--segment 1000] [--restart N] [--csv FILE]:
               read the text as one stream through a bounded cache, perplexity per segment
-  bench       -m MODEL [-p 512] [-n 64] [-t THREADS] [--json]
-              prefill and decode speed
+  bench       -m MODEL [-p 512] [-n 64] [-d 0] [-t THREADS] [-r 3] [--kv-type T] [--json]
+              prefill and decode speed (as llama-bench; -p -n -d -t take comma lists,
+              -d: tokens already in the cache when the measurement starts)
   batched-bench -m MODEL [-npp 128] [-ntg 128] [-npl 1,2,4,8,16] [-t THREADS] [-r 1] [--json]
               aggregate speed of N concurrent requests through the Engine (as llama-batched-bench)
   logits      -m MODEL --tokens "1 5 9" -o FILE [-t THREADS]
@@ -33,7 +34,7 @@ commands:
               architecture, hyper-parameters, tensor types and memory use
   version     print the version
 
-KV options (run, perplexity):
+KV options (run, perplexity; bench: --kv-type, --kv-group):
   --kv-type f16|f32|int8|int4   storage of keys and values (default f16)
   --kv-group 32|64              values per scale for int8/int4 (default 32)
   --evict none|streaming|h2o    policy when the cache is full (default none: error)
