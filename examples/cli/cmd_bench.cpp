@@ -4,9 +4,9 @@
 // Measured as llama.cpp's llama-bench measures pp<N> and tg<N>, with its -d
 // (tools/llama-bench/llama-bench.cpp), so that the two can be compared directly:
 //   depth      -d D: the measured prefill and decode start after D random tokens already
-//              in the cache (evaluated once per depth, untimed; each repetition runs on
-//              a fork of that session, which shares its pages, so nothing is evaluated
-//              twice);
+//              in the cache (evaluated once, untimed, and extended for the next larger
+//              depth; each repetition runs on a fork of that session, which shares its
+//              pages, so nothing is evaluated twice);
 //   warm-up    one prefill of n_prompt tokens and one decode step, untimed;
 //   prefill    per repetition: n_prompt random tokens evaluated as one batch (chunks
 //              of 512, llama-bench's default micro-batch) after the depth;
@@ -149,9 +149,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
     base->prefill(std::span(prompt));
     base->reset();
     base->decode(generated[0]);
+    base->reset();
     for (const int64_t depth : depths) {
-      base->reset();
-      expect_ok(base->prefill(std::span(context).first(size_t(depth))), "the depth");
+      // A deeper cache than the last one extends it; a shallower one starts again.
+      if (base->position() > depth) base->reset();
+      expect_ok(base->prefill(std::span(context).subspan(size_t(base->position()), size_t(depth - base->position()))),
+                "the depth");
       for (const int64_t n_prompt : prompts) {
         BenchResult r{used_threads, depth, n_prompt, 0, {}, {}};
         for (int rep = 0; rep < reps; ++rep) {
