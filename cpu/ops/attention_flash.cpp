@@ -311,12 +311,12 @@ class Flash {
       const bool stats_only = pass + 1 < passes;
       for (int64_t c0 = item.lo; c0 < item.hi; c0 += kTile) {
         const int64_t tc = std::min(kTile, item.hi - c0);
-        prefetch_rows(sc, c0 + kTile, std::min(item.hi, c0 + 2 * kTile));
         int32_t tile_min = INT32_MAX, tile_max_pos = INT32_MIN;
         for (int64_t j = 0; j < tc; ++j) {
           tile_min = std::min(tile_min, sc.pos[size_t(c0 + j)]);
           tile_max_pos = std::max(tile_max_pos, sc.pos[size_t(c0 + j)]);
           decode_row(k_, sc.slot[size_t(c0 + j)], x.keys.data() + j * width);
+          if (c0 + kTile + j < item.hi) prefetch_row(k_, sc.slot[size_t(c0 + kTile + j)]);
         }
         // Every row sees every cell of the tile: no mask needed.
         const bool all_visible = tile_max_pos <= min_row_pos && (p_.window <= 0 || max_row_pos - tile_min < p_.window);
@@ -364,7 +364,10 @@ class Flash {
             for (int64_t r = 0; r < rows; ++r) add_into(dst, x.scores.data() + r * tc, tc);
           }
           if (!values_decoded) {
-            for (int64_t j = 0; j < tc; ++j) decode_row(v_, sc.slot[size_t(c0 + j)], x.values.data() + j * width);
+            for (int64_t j = 0; j < tc; ++j) {
+              decode_row(v_, sc.slot[size_t(c0 + j)], x.values.data() + j * width);
+              if (c0 + kTile + j < item.hi) prefetch_row(v_, sc.slot[size_t(c0 + kTile + j)]);
+            }
             values_decoded = true;
           }
           gemm_nn(ctx_.isa, int(rows), hd, int(tc), x.scores.data(), int(tc), x.values.data() + h * hd, int(width),
@@ -392,15 +395,11 @@ class Flash {
       }
   }
 
-  // Asks for the K and V rows of compacted cells [begin, end) ahead of their use: the
-  // rows of a tile lie on a few pages, but the next page's address is not predictable.
-  void prefetch_rows(const SeqCells& sc, int64_t begin, int64_t end) const {
-    const size_t bytes = head_bytes_ * size_t(p_.n_head_kv);
-    for (int64_t c = begin; c < end; ++c)
-      for (const Tensor* cache : {&k_, &v_}) {
-        const std::byte* row = cache->row_ptr(sc.slot[size_t(c)]);
-        for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
-      }
+  // Asks for a cache row of the next tile while this one is decoded: the rows of a tile
+  // lie on a few pages, but where the next page lies is not predictable.
+  void prefetch_row(const Tensor& cache, int64_t slot) const {
+    const std::byte* row = cache.row_ptr(slot);
+    for (size_t off = 0; off < head_bytes_ * size_t(p_.n_head_kv); off += 64) __builtin_prefetch(row + off);
   }
 
   // All kv heads of cache row `slot` as f32 (stored domain).
