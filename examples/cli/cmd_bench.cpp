@@ -124,7 +124,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
   if (max_depth + max_prompt + max_gen >= (int64_t(1) << 24)) throw UsageError("bench: depth + prompt + gen too large");
   options.kv.max_tokens = int32_t(max_depth + std::max(max_prompt, max_gen) + 1);
-  options.prefill_chunk_size = int32_t(std::min<int64_t>(max_prompt, 512));
+  options.prefill_chunk_size = 512;  // llama-bench's n_ubatch, for the prompt and the depth
 
   std::vector<BenchResult> results;
   std::string model_name;

@@ -51,10 +51,7 @@ LongResult run_long(Placed& p, DType storage, const LongScene& sc, std::mt19937 
   const HostTensor k_new = random_f32(int64_t(slots.size()), width, rng);
   const HostTensor v_new = random_f32(int64_t(slots.size()), width, rng);
   const HostTensor q = random_f32(n_tok, q_width, rng, -3, 3);
-  const Tensor kc = p.zeros(storage, n_slots, width), vc = p.zeros(storage, n_slots, width);
-  const Tensor t_slots = p.put(i32(slots));
-  ops::kv_store(p.be, p.put(k_new), kc, t_slots);
-  ops::kv_store(p.be, p.put(v_new), vc, t_slots);
+  const auto [kc, vc] = stored_kv(p, storage, n_slots, k_new, v_new, slots);
   backend::AttentionParams ap;
   ap.n_head = sc.n_head, ap.n_head_kv = sc.n_kv, ap.head_dim = sc.head_dim;
   ap.scale = 1.0f / std::sqrt(float(sc.head_dim)), ap.window = sc.window;

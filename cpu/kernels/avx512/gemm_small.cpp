@@ -9,17 +9,11 @@
 // tree of shuffles (15 shuffle-add pairs, instead of a horizontal sum per key).
 // gemm_nn (out = P V): up to 4 rows x 64 columns of accumulators in registers, each
 // value row loaded once and used by the 4 rows.
-#include <immintrin.h>
-// GCC 12 reports its own _mm512_undefined_* placeholders (inside the conversion and
-// reduce intrinsics) as uninitialized once they are inlined here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include <algorithm>
 
 #include "cpu/kernels/gemm_f32.hpp"
+#include "cpu/kernels/x86_intrinsics.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
