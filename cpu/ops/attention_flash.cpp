@@ -161,25 +161,34 @@ EMBER_VECTORIZE void scale_by(float* x, float factor, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-// Per-thread scratch of one item; `rows` = query tokens x group of one kv head.
+// Per-thread scratch of one item; `rows` = query tokens x group of one kv head. Kept per
+// thread across calls (decode calls the op once per layer and token; fresh buffers of
+// this size would be new pages from the kernel each time) and grown as needed.
 struct Scratch {
-  std::vector<float> queries;      // [n_head_kv][rows][head_dim], in the stored domain
-  std::vector<float> keys, values;  // [kTile][n_head_kv * head_dim]: a tile of whole cache rows
-  std::vector<float> scores;       // [rows][kTile]
-  std::vector<float> product;      // [rows][head_dim]
-  std::vector<float> acc_out;      // [n_head_kv][rows][head_dim], unnormalised (online) or final
+  std::vector<float> queries;           // [n_head_kv][rows][head_dim], in the stored domain
+  std::vector<float> keys, values;      // [kTile][n_head_kv * head_dim]: a tile of whole cache rows
+  std::vector<float> scores;            // [rows][kTile]
+  std::vector<float> product;           // [rows][head_dim]
+  std::vector<float> acc_out;           // [n_head_kv][rows][head_dim], unnormalised (online) or final
   std::vector<float> row_max, row_sum;  // [n_head_kv][rows]
-  std::vector<int32_t> row_pos;    // [rows]
-  Scratch(int64_t max_rows, int n_kv, int hd)
-      : queries(size_t(n_kv * max_rows * hd)),
-        keys(size_t(kTile * n_kv * hd)),
-        values(size_t(kTile * n_kv * hd)),
-        scores(size_t(max_rows * kTile)),
-        product(size_t(max_rows * hd)),
-        acc_out(size_t(n_kv * max_rows * hd)),
-        row_max(size_t(n_kv * max_rows)),
-        row_sum(size_t(n_kv * max_rows)),
-        row_pos(size_t(max_rows)) {}
+  std::vector<int32_t> row_pos;         // [rows]
+
+  static Scratch& of_this_thread(int64_t max_rows, int n_kv, int hd) {
+    thread_local Scratch scratch;
+    auto grow = [](auto& v, int64_t n) {
+      if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    grow(scratch.queries, n_kv * max_rows * hd);
+    grow(scratch.keys, kTile * n_kv * hd);
+    grow(scratch.values, kTile * n_kv * hd);
+    grow(scratch.scores, max_rows * kTile);
+    grow(scratch.product, max_rows * hd);
+    grow(scratch.acc_out, n_kv * max_rows * hd);
+    grow(scratch.row_max, n_kv * max_rows);
+    grow(scratch.row_sum, n_kv * max_rows);
+    grow(scratch.row_pos, max_rows);
+    return scratch;
+  }
 };
 
 class Flash {
@@ -251,6 +260,7 @@ class Flash {
       for (int64_t c = first; c <= last; ++c)
         items_.push_back({index, std::max(lo, c * kChunk), std::min(hi, (c + 1) * kChunk), b.first_partial + c - first});
     }
+    max_rows_ = std::max(max_rows_, int64_t(b.tokens.size()) * group_);
     blocks_.push_back(std::move(b));
   }
 
@@ -267,7 +277,7 @@ class Flash {
     scores_.assign(want_scores_ ? size_t(n_threads) : 0, {});
     ctx_.pool.run([&](int index, int) {
       if (index >= n_threads) return;
-      Scratch scratch(kQueryBlock * group_, p_.n_head_kv, hd_);
+      Scratch& scratch = Scratch::of_this_thread(max_rows_, p_.n_head_kv, hd_);
       std::vector<float>* scores = nullptr;
       if (want_scores_) {
         scores = &scores_[size_t(index)];
@@ -467,7 +477,7 @@ class Flash {
   std::vector<SeqCells> cells_;
   std::vector<Block> blocks_;
   std::vector<Item> items_;
-  int64_t n_partials_ = 0, score_total_ = 0;
+  int64_t n_partials_ = 0, score_total_ = 0, max_rows_ = 0;
   std::vector<float> partials_;
   std::vector<std::vector<float>> scores_;  // per thread: [sequence][kv head][compacted cell]
 };
