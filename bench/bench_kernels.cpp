@@ -8,8 +8,10 @@
 //       2048x5632 (ffn_gate, ffn_up); N = 1 (decode), 16 and 128 (prefill); T = 1
 //       and 2; every weight format at every ISA level this CPU runs
 //   attention/<cache type>/ctx:C/tokens:N/threads:T
-//       cpu::attention of N query tokens over C cached tokens (32 query heads, 4 KV
-//       heads of 64 values, pages of 16 tokens: TinyLlama's shape), at the best level
+//       cpu::attention of N query tokens at the end of C cached tokens (32 query heads,
+//       4 KV heads of 64 values, pages of 16 tokens: TinyLlama's shape), at the best
+//       level; cache types F16, F32, INT8 and INT4 (g32); C = 512 to 32768; N = 1
+//       (decode), 32 and C (a whole prompt)
 //
 // Each iteration of matmul uses the next of several copies of the matrix, together
 // larger than the last-level cache, so that weights come from memory as in a real
@@ -152,25 +154,33 @@ void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int
 }
 
 // N query tokens at positions [ctx - N, ctx) of one sequence, over ctx cached cells.
+// Like a model's layers, each iteration reads the next of several K/V cache copies,
+// together over kStreamBytes, so that the cache comes from memory.
 void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, int64_t n_tok) {
   const int threads = int(state.range(0));
   constexpr int kHeads = 32, kHeadsKV = 4, kHeadDim = 64, kPage = 16;
   const int64_t kv_width = int64_t(kHeadsKV) * kHeadDim;
   const int64_t n_slots = (n_ctx + kPage - 1) / kPage * kPage;
   const size_t row_bytes = ember::quant::row_bytes(cache_type, kv_width);
+  const size_t cache_bytes = row_bytes * size_t(n_slots);
+  const size_t copies = std::max<size_t>(1, (kStreamBytes + 2 * cache_bytes - 1) / (2 * cache_bytes));
 
   // K and V caches of normal values (scaled so that softmax is not one-hot).
   std::vector<std::unique_ptr<HostBuffer>> caches;
-  Tensor kv[2];
+  std::vector<Tensor> kv;  // K, V of copy 0, K, V of copy 1, ...
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   std::vector<float> row(static_cast<size_t>(kv_width));
-  for (Tensor& t : kv) {
-    caches.push_back(std::make_unique<HostBuffer>(row_bytes * size_t(n_slots)));
-    t = ember::backend::make_tensor(*caches.back(), 0, cache_type, n_slots, kv_width);
+  for (size_t i = 0; i < 2 * copies; ++i) {
+    caches.push_back(std::make_unique<HostBuffer>(cache_bytes));
+    kv.push_back(ember::backend::make_tensor(*caches.back(), 0, cache_type, n_slots, kv_width));
+    if (i >= 2) {
+      std::memcpy(caches.back()->host_data(), caches[i % 2]->host_data(), cache_bytes);
+      continue;
+    }
     for (int64_t s = 0; s < n_slots; ++s) {
       for (float& v : row) v = normal(rng);
-      ember::quant::quantize_row(cache_type, row.data(), t.row_ptr(s), kv_width);
+      ember::quant::quantize_row(cache_type, row.data(), kv.back().row_ptr(s), kv_width);
     }
   }
   const HostTensor q = random_f32(n_tok, int64_t(kHeads) * kHeadDim, 5);
@@ -200,12 +210,16 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
   ember::cpu::ThreadPool pool(threads);
   std::vector<std::byte> scratch;
   ember::cpu::OpContext ctx{pool, ember::cpu::best_isa(), scratch, {}};
-  for (auto _ : state) ember::cpu::attention(ctx, q.tensor, kv[0], kv[1], params, out);
+  size_t which = 0;
+  for (auto _ : state) {
+    ember::cpu::attention(ctx, q.tensor, kv[2 * which], kv[2 * which + 1], params, out);
+    which = (which + 1) % copies;
+  }
 
   // Causal: query t sees n_ctx - n_tok + t + 1 cells.
   double visible = 0;
   for (int64_t t = 0; t < n_tok; ++t) visible += double(n_ctx - n_tok + t + 1);
-  report(state, 2.0 * double(row_bytes) * double(n_ctx), 4.0 * kHeads * kHeadDim * visible);
+  report(state, 2.0 * double(cache_bytes), 4.0 * kHeads * kHeadDim * visible);
 }
 
 void register_all() {
@@ -233,9 +247,13 @@ void register_all() {
       }
     }
   }
-  for (const DType cache_type : {DType::f16, DType::f32}) {
-    for (const int64_t n_ctx : {512, 4096}) {
-      for (const int64_t n_tok : {1, 32}) {
+  // Decode (tokens:1) and a block of 32 tokens at depth; a whole prompt (tokens = ctx,
+  // the prefill of point 2 of issue 18: its FLOPS at 4096 against 512).
+  const DType kv_types[] = {DType::f16, DType::f32, DType::kv_q8_g32, DType::kv_q4_g32};
+  for (const DType cache_type : kv_types) {
+    for (const int64_t n_ctx : {512, 4096, 16384, 32768}) {
+      for (const int64_t n_tok : {int64_t(1), int64_t(32), n_ctx}) {
+        if (n_tok == n_ctx && n_ctx > 4096) continue;
         const std::string name = "attention/" + std::string(ember::quant::type_name(cache_type)) +
                                  "/ctx:" + std::to_string(n_ctx) + "/tokens:" + std::to_string(n_tok);
         benchmark::RegisterBenchmark(name.c_str(), bench_attention, cache_type, n_ctx, n_tok)

@@ -5,6 +5,8 @@ namespace ember::cpu {
 void gemm_nt(Isa isa, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
              float alpha) {
 #if defined(EMBER_X86)
+  if (isa == Isa::avx512 && m <= kSmallRows && k % 16 == 0)
+    return avx512::gemm_nt_small(m, n, k, a, lda, b, ldb, c, ldc, alpha);
   if (isa != Isa::scalar) return avx2::gemm_nt(m, n, k, a, lda, b, ldb, c, ldc, alpha);
 #endif
   for (int i = 0; i < m; ++i)
@@ -17,6 +19,8 @@ void gemm_nt(Isa isa, int m, int n, int k, const float* a, int lda, const float*
 
 void gemm_nn(Isa isa, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
 #if defined(EMBER_X86)
+  if (isa == Isa::avx512 && m <= kSmallRows && n % 16 == 0)
+    return avx512::gemm_nn_small(m, n, k, a, lda, b, ldb, c, ldc);
   if (isa != Isa::scalar) return avx2::gemm_nn(m, n, k, a, lda, b, ldb, c, ldc);
 #endif
   for (int i = 0; i < m; ++i) {

@@ -1,4 +1,6 @@
-// Attention over the paged KV cache on the CPU, in two schedules, both adding
+// Attention over the paged KV cache on the CPU. Quantized caches and long sequences
+// (more than kFlashMinCells cells) take the flash schedules of attention_flash.cpp;
+// the rest (F16 and F32 caches) takes one of two schedules here, both adding
 // their products in llama.cpp's order (see "llama.cpp's summation orders" below):
 // queries and probabilities are rounded to F16 for an F16 cache, the softmax uses
 // exp_fma and llama.cpp's partial sums.
@@ -23,6 +25,7 @@
 
 #include "common/fail.hpp"
 #include "common/fp16.hpp"
+#include "cpu/ops/attention_flash.hpp"
 #include "cpu/ops/attention_scores.hpp"
 #include "cpu/ops/ops.hpp"
 #include "cpu/ops/vec_math.hpp"
@@ -140,6 +143,10 @@ RowKernels row_kernels(Isa isa) {
   return {dot_f16_scalar, axpy_f16_scalar, dot_f32_scalar, axpy_f32_scalar};
 }
 
+// Sequences with more cells than this take the flash schedules (attention_flash.cpp):
+// up to here F16 results are llama.cpp's bit for bit (docs/model.md), past it the
+// tiled and split-K kernels read the cache at memory speed.
+constexpr int32_t kFlashMinCells = 1024;
 // Sequences with at least this many query tokens in the batch use the GEMM schedule.
 constexpr int64_t kBlockedMinTokens = 8;
 // Query tokens per GEMM task.
@@ -634,13 +641,21 @@ void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Ten
         fail(ErrorCode::invalid_argument, "attention: page {} of sequence row {} is outside the cache", pages[pg], s);
   }
 
-  // Quantized (kv_q*) caches: attention_quant.cpp.
-  if (k_cache.type != backend::DType::f16 && k_cache.type != backend::DType::f32)
-    return attention_quant(ctx, q, k_cache, v_cache, p, out);
+  // Query tokens per sequence row. Quantized caches, and (outside batch-invariant mode)
+  // sequences of more than kFlashMinCells cells, take the flash schedules
+  // (attention_flash.cpp); the rest llama.cpp's orders below.
+  const bool quantized = k_cache.type != backend::DType::f16 && k_cache.type != backend::DType::f32;
+  std::vector<std::vector<int64_t>> by_seq(size_t(p.page_table.rows)), flash(size_t(p.page_table.rows));
+  bool any_flash = false;
+  for (int64_t t = 0; t < q.rows; ++t) {
+    const int32_t s = tab.token_seq[t];
+    const bool long_seq = !ctx.batch_invariant && tab.seq_cells[s] > kFlashMinCells;
+    (quantized || long_seq ? flash : by_seq)[size_t(s)].push_back(t);
+    any_flash = any_flash || quantized || long_seq;
+  }
+  if (any_flash) attention_flash(ctx, q, k_cache, v_cache, p, tab, flash, out);
 
-  // Query tokens per sequence row: long runs take the GEMM schedule.
-  std::vector<std::vector<int64_t>> by_seq(size_t(p.page_table.rows));
-  for (int64_t t = 0; t < q.rows; ++t) by_seq[size_t(tab.token_seq[t])].push_back(t);
+  // Long runs of query tokens take the GEMM schedule.
   std::vector<int64_t> per_token;
   for (int32_t s = 0; s < int32_t(by_seq.size()); ++s) {
     if (int64_t(by_seq[size_t(s)].size()) >= kBlockedMinTokens && p.head_dim % 16 == 0) {

@@ -1,4 +1,4 @@
-// Pieces shared by the CPU attention schedules (attention.cpp, attention_quant.cpp):
+// Pieces shared by the CPU attention schedules (attention.cpp, attention_flash.cpp):
 // the index tables, visibility, and score_acc accumulation (AttentionParams::score_acc,
 // for H2O eviction).
 //
@@ -18,7 +18,7 @@
 namespace ember::cpu {
 
 // Host views of the attention op's index tensors, read once per op (both schedules
-// of attention.cpp and attention_quant.cpp).
+// of attention.cpp and attention_flash.cpp).
 struct AttentionTables {
   const int32_t* token_pos;
   const int32_t* token_seq;

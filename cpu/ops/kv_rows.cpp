@@ -13,17 +13,9 @@
 
 #include "common/fail.hpp"
 #include "common/fp16.hpp"
+#include "cpu/kernels/x86_intrinsics.hpp"
 #include "quant/kv_formats.hpp"
 
-#if defined(EMBER_X86)
-#include <immintrin.h>
-// GCC 12 reports its own _mm512_undefined_* placeholders (inside the conversion and
-// reduce intrinsics) as uninitialized once they are inlined here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#endif
 
 namespace ember::cpu {
 namespace {

@@ -45,9 +45,5 @@ void glu(OpContext& ctx, const Tensor& gate, const Tensor& up, backend::Activati
 void kv_store(OpContext& ctx, const Tensor& src, const Tensor& cache, const Tensor& slots);
 void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                const backend::AttentionParams& params, const Tensor& out);
-// attention() over a quantized (kv_q*) cache, attention_quant.cpp; attention() validates
-// the index tables, then dispatches here.
-void attention_quant(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const backend::AttentionParams& params, const Tensor& out);
 
 }  // namespace ember::cpu

@@ -64,8 +64,12 @@ speculative decoding (lossless: the same tokens as without it):
   half scored). --stream reads the text as one stream through a bounded cache and
   reports perplexity per segment.
 )"},
-      {"bench", ember::cli::cmd_bench, R"(ember bench -m MODEL [-p 512] [-n 64] [-t THREADS] [-r 1] [--json]
-  Prefill and decode speed, reported like llama-bench.
+      {"bench", ember::cli::cmd_bench, R"(ember bench -m MODEL [-p 512] [-n 64] [-d 0] [-t THREADS] [-r 3] [--kv-type T] [--json]
+          [--draft KIND | -md DRAFT [--draft-max K]]
+  Prefill and decode speed, reported like llama-bench: -p -n -d -t take comma lists
+  (-p 128,512 -t 1,2), -d DEPTH: tokens already in the cache when the measurement
+  starts; --kv-type, --kv-group as below. With a draft (see ember run --help):
+  plain and speculative greedy decode of -n tokens on four kinds of prompt.
 )"},
       {"batched-bench", cmd_batched_bench, R"(ember batched-bench -m MODEL [-npp 128] [-ntg 128] [-npl 1,2,4,8,16] [-t THREADS] [-r 1]
           [--json] [--llama-order]
@@ -90,7 +94,7 @@ std::string usage_of(const Command& c) {
   std::string u = std::string("usage: ") + c.usage;
   const std::string name = c.name;
   if (name == "run" || name == "chat") u += kSamplingUsage;
-  if (name == "run" || name == "perplexity") u += kKVUsage;
+  if (name == "run" || name == "perplexity" || name == "bench") u += kKVUsage;
   u += "\nllama.cpp's -ngl N is accepted and ignored (the CLI runs on the CPU).\n";
   return u;
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/ops/kv_store.hpp"
 #include "backend/reference/reference_backend.hpp"
 #include "common/catch.hpp"
 #include "cpu/cpu_backend.hpp"
@@ -85,6 +86,17 @@ struct Placed {
     return out;
   }
 };
+
+// K and V caches of type `storage`, [n_slots, k_new.cols], holding the rows of k_new and
+// v_new at `slots` (stored with the backend's kv_store).
+inline std::pair<Tensor, Tensor> stored_kv(Placed& p, DType storage, int64_t n_slots, const HostTensor& k_new,
+                                           const HostTensor& v_new, const std::vector<int32_t>& slots) {
+  const Tensor kc = p.zeros(storage, n_slots, k_new.cols), vc = p.zeros(storage, n_slots, k_new.cols);
+  const Tensor t_slots = p.put(i32(slots));
+  ops::kv_store(p.be, p.put(k_new), kc, t_slots);
+  ops::kv_store(p.be, p.put(v_new), vc, t_slots);
+  return {kc, vc};
+}
 
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());

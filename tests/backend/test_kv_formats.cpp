@@ -410,11 +410,7 @@ SceneResult run_scene(Placed& p, DType storage, const Scene& sc, const HostTenso
     std::memcpy(q.bytes.data() + size_t(t * q_width) * 4, q_all.bytes.data() + size_t(q_rows[size_t(t)] * q_width) * 4,
                 size_t(q_width) * 4);
 
-  const int64_t width = int64_t(sc.n_kv) * sc.head_dim;
-  const Tensor kc = p.zeros(storage, n_slots, width), vc = p.zeros(storage, n_slots, width);
-  const Tensor t_slots = p.put(i32(slots));
-  ops::kv_store(p.be, p.put(k_new), kc, t_slots);
-  ops::kv_store(p.be, p.put(v_new), vc, t_slots);
+  const auto [kc, vc] = stored_kv(p, storage, n_slots, k_new, v_new, slots);
   backend::AttentionParams ap;
   ap.n_head = sc.n_head, ap.n_head_kv = sc.n_kv, ap.head_dim = sc.head_dim;
   ap.scale = 1.0f / std::sqrt(float(sc.head_dim)), ap.window = sc.window, ap.softcap = sc.softcap;

@@ -44,7 +44,7 @@ std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'
 
 TEST_CASE("wrong arguments print the usage and exit with code 2", "[cli]") {
   for (const char* args : {"", "frobnicate", "logits", "logits -m", "tokenize -p hi", "run -m x.gguf --temp",
-                           "bench -m x.gguf -n -3", "info -m x.gguf --bogus", "run -m x.gguf -p hi --kv-type int3",
+                           "bench -m x.gguf -n -3", "bench -m x.gguf -d 8,,16", "bench -m x.gguf -p 4,x", "info -m x.gguf --bogus", "run -m x.gguf -p hi --kv-type int3",
                            "run -m x.gguf -p hi --evict lru", "perplexity -m x.gguf -f y --kv-group 48",
                            "run -m x.gguf -p hi --evict streaming --sinks 8 --window 8"}) {
     INFO("ember " << args);
@@ -171,6 +171,13 @@ TEST_CASE("run, chat, perplexity and bench on the real model", "[cli][real_model
   CHECK(bench.code == 0);
   for (const char* key : {"\"prefill_tokens_per_s\"", "\"decode_tokens_per_s\"", "\"threads\": 2", "\"model\""})
     CHECK_THAT(bench.out, Catch::Matchers::Contains(key));
+  // -d: the measured tokens start after 40 tokens in the cache; one line per test.
+  const Run deep = run_cli("bench -m " + quote(model) + " -p 16 -n 2,3 -d 0,40 -r 1 -t 2 --json");
+  CHECK(deep.code == 0);
+  for (const char* key : {"\"n_depth\": 40, \"n_prompt\": 16, \"n_gen\": 0", "\"n_depth\": 40, \"n_prompt\": 0, \"n_gen\": 3",
+                          "\"n_depth\": 0, \"n_prompt\": 0, \"n_gen\": 2", "\"test\": \"tg3\""})
+    CHECK_THAT(deep.out, Catch::Matchers::Contains(key));
+  CHECK(std::count(deep.out.begin(), deep.out.end(), '\n') == 6);
 }
 
 TEST_CASE("every command prints its own usage for --help and for a wrong argument", "[cli]") {

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Perplexity against KV-cache bytes per token: `ember perplexity` over each text with each
+KV storage type, the change against F16 per text, and a plot of the trade-off.
+
+    EMBER=build/examples/ember python3 bench/kv_quality.py -m MODEL.gguf --ctx 1024 \\
+        --kv f16,int8:32,int8:64,int4:32,int4:64 --plot kv.png TEXT [TEXT ...]
+
+Bytes per token come from `ember info` (the model's KV bytes per token at each storage).
+Only the Python standard library is needed, and matplotlib for --plot.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}\n")
+        sys.exit(1)
+    return proc.stdout
+
+
+def perplexity(ember, model, text, ctx, threads, kv_type, group):
+    out = run([ember, "perplexity", "-m", model, "-f", text, "--ctx", str(ctx), "-t", str(threads),
+               "--kv-type", kv_type, "--kv-group", str(group)])
+    match = re.search(r"perplexity: ([0-9.]+)", out)
+    if not match:
+        sys.exit(f"no perplexity in the output of ember perplexity:\n{out}")
+    return float(match.group(1))
+
+
+def bytes_per_token(ember, model):
+    """{(type, group): bytes} from the KV table of `ember info`."""
+    out = run([ember, "info", "-m", model])
+    table = {}
+    for line in out.splitlines():
+        match = re.search(r"\b(f16|f32|int8|int4)(?: g(\d+))?\b.*?([0-9][0-9,]*) bytes", line, re.IGNORECASE)
+        if match:
+            table[(match.group(1).lower(), int(match.group(2) or 32))] = int(match.group(3).replace(",", ""))
+    return table
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("texts", nargs="+")
+    parser.add_argument("-m", "--model", required=True)
+    parser.add_argument("--ctx", type=int, default=1024)
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("--kv", default="f16,int8:32,int4:32", help="TYPE[:GROUP] list, the first is the baseline")
+    parser.add_argument("--ember", default=os.environ.get("EMBER") or shutil.which("ember"))
+    parser.add_argument("--plot", metavar="FILE")
+    args = parser.parse_args()
+    if not args.ember:
+        parser.error("set EMBER to the ember CLI binary (build/examples/ember)")
+    kvs = [(k.split(":")[0], int(k.split(":")[1]) if ":" in k else 32) for k in args.kv.split(",")]
+    sizes = bytes_per_token(args.ember, args.model)
+    results = {}
+    for text in args.texts:
+        for kv_type, group in kvs:
+            ppl = perplexity(args.ember, args.model, text, args.ctx, args.threads, kv_type, group)
+            results[(text, kv_type, group)] = ppl
+            print(f"  {os.path.basename(text)} {kv_type} g{group}: {ppl:.4f}", flush=True)
+    base_type, base_group = kvs[0]
+    print(f"\n| text | " + " | ".join(f"{t}" + (f" g{g}" if t.startswith("int") else "") for t, g in kvs) + " |")
+    print("|---|" + "---|" * len(kvs))
+    for text in args.texts:
+        base = results[(text, base_type, base_group)]
+        cells = [f"{base:.4f}"] + [f"{results[(text, t, g)]:.4f} ({100 * (results[(text, t, g)] / base - 1):+.2f} %)"
+                                   for t, g in kvs[1:]]
+        print(f"| {os.path.basename(text)} | " + " | ".join(cells) + " |")
+    print("| bytes per token | " + " | ".join(str(sizes.get((t, g), "?")) for t, g in kvs) + " |")
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for text in args.texts:
+            base = results[(text, base_type, base_group)]
+            xs = [sizes.get((t, g), float("nan")) for t, g in kvs]
+            ys = [100 * (results[(text, t, g)] / base - 1) for t, g in kvs]
+            ax.plot(xs, ys, marker="o", label=os.path.basename(text))
+            for x, y, (t, g) in zip(xs, ys, kvs):
+                ax.annotate(t + (f" g{g}" if t.startswith("int") else ""), (x, y), fontsize=6,
+                            textcoords="offset points", xytext=(3, 3))
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set_xlabel("KV bytes per token")
+        ax.set_ylabel(f"perplexity vs {base_type}, % (ctx {args.ctx})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

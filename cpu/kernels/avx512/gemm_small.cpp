@@ -1,0 +1,103 @@
+// f32 products with few rows for decode attention (cpu/ops/attention_flash.cpp): the
+// query heads of one kv head (a handful of rows) against a tile of up to a few hundred
+// decoded key or value rows that sit in L1/L2. Eigen's GEMM packs both operands
+// first, which for so few rows costs as much as the product; these kernels read the
+// tile where it lies.
+//
+// gemm_nt (scores = Q K^T): 16 keys at a time, one 16-lane FMA accumulator per key,
+// then the 16 accumulators are reduced to one vector of 16 scores by a transposing
+// tree of shuffles (15 shuffle-add pairs, instead of a horizontal sum per key).
+// gemm_nn (out = P V): up to 4 rows x 64 columns of accumulators in registers, each
+// value row loaded once and used by the 4 rows.
+
+#include <algorithm>
+
+#include "cpu/kernels/gemm_f32.hpp"
+#include "cpu/kernels/x86_intrinsics.hpp"
+
+namespace ember::cpu::avx512 {
+namespace {
+
+// Pairwise sums that turn 16 accumulators (one per key) into the vector of their 16
+// horizontal sums, lane j = key j.
+inline __m512 reduce16(const __m512* acc) {
+  __m512 a8[8], a4[4], a2[2];
+  // Within each 128-bit block: lanes {x0 + x2, y0 + y2, x1 + x3, y1 + y3}.
+  for (int i = 0; i < 8; ++i)
+    a8[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
+                          _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
+  // Within each 128-bit block: the block's sum of keys 4i .. 4i + 3.
+  for (int i = 0; i < 4; ++i)
+    a4[i] = _mm512_add_ps(_mm512_shuffle_ps(a8[2 * i], a8[2 * i + 1], 0x44),
+                          _mm512_shuffle_ps(a8[2 * i], a8[2 * i + 1], 0xEE));
+  // Blocks {k0-3: b0 + b1, k0-3: b2 + b3, k4-7: b0 + b1, k4-7: b2 + b3}.
+  for (int i = 0; i < 2; ++i)
+    a2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a4[2 * i], a4[2 * i + 1], 0x88),
+                          _mm512_shuffle_f32x4(a4[2 * i], a4[2 * i + 1], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a2[0], a2[1], 0x88), _mm512_shuffle_f32x4(a2[0], a2[1], 0xDD));
+}
+
+// 16 keys (rows b[0..15], ldb apart) against one query row; k a multiple of 16.
+inline __m512 dot16(const float* q, const float* b, int ldb, int k) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+  for (int t = 0; t < k; t += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + t);
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(b + size_t(j) * ldb + t), acc[j]);
+  }
+  return reduce16(acc);
+}
+
+inline float dot1(const float* q, const float* b, int k) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int t = 0; t < k; t += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + t), _mm512_loadu_ps(b + t), acc);
+  return _mm512_reduce_add_ps(acc);
+}
+
+// C[RB rows][64 * NC / 4 ... ]: RB rows of A times B, columns [j0, j0 + 16 * NC).
+template <int RB, int NC>
+inline void nn_block(int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, int j0) {
+  __m512 acc[RB][NC];
+  for (int r = 0; r < RB; ++r)
+    for (int x = 0; x < NC; ++x) acc[r][x] = _mm512_setzero_ps();
+  for (int t = 0; t < k; ++t) {
+    __m512 bv[NC];
+    for (int x = 0; x < NC; ++x) bv[x] = _mm512_loadu_ps(b + size_t(t) * ldb + j0 + 16 * x);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 w = _mm512_set1_ps(a[size_t(r) * lda + t]);
+      for (int x = 0; x < NC; ++x) acc[r][x] = _mm512_fmadd_ps(w, bv[x], acc[r][x]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int x = 0; x < NC; ++x) _mm512_storeu_ps(c + size_t(r) * ldc + j0 + 16 * x, acc[r][x]);
+}
+
+template <int RB>
+inline void nn_rows(int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  int j0 = 0;
+  for (; j0 + 64 <= n; j0 += 64) nn_block<RB, 4>(k, a, lda, b, ldb, c, ldc, j0);
+  for (; j0 + 16 <= n; j0 += 16) nn_block<RB, 1>(k, a, lda, b, ldb, c, ldc, j0);
+}
+
+}  // namespace
+
+void gemm_nt_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
+                   float alpha) {
+  const __m512 scale = _mm512_set1_ps(alpha);
+  int j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int i = 0; i < m; ++i)
+      _mm512_storeu_ps(c + size_t(i) * ldc + j,
+                       _mm512_mul_ps(scale, dot16(a + size_t(i) * lda, b + size_t(j) * ldb, ldb, k)));
+  for (; j < n; ++j)
+    for (int i = 0; i < m; ++i) c[size_t(i) * ldc + j] = alpha * dot1(a + size_t(i) * lda, b + size_t(j) * ldb, k);
+}
+
+void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  int i = 0;
+  for (; i + 4 <= m; i += 4) nn_rows<4>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc);
+  for (; i + 2 <= m; i += 2) nn_rows<2>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc);
+  for (; i < m; ++i) nn_rows<1>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc);
+}
+
+}  // namespace ember::cpu::avx512

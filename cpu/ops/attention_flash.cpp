@@ -1,0 +1,493 @@
+// Flash-style attention over the paged KV cache on the CPU, for every cache type:
+// quantized caches (INT8 / INT4, quant/kv_formats.hpp) always, F16 and F32 caches for
+// long sequences (attention.cpp decides). Keys and values are read in place, a tile of
+// kTile cells at a time; no score matrix over the whole sequence and no full-size f32
+// copy of the cache is ever made, so memory stays bounded by the tile and block sizes.
+//
+// Work is cut into items (block of query tokens, kv head, range of cells):
+//  - Many query tokens of a sequence (prefill): blocks of kQueryBlock tokens. A block
+//    walks the cells it can see tile by tile: the tile's key and value rows are decoded
+//    into per-thread f32 buffers (kTile x head_dim, reused by all tokens x heads of the
+//    block), scores = Q K^T and P V are small GEMMs, and the softmax is streamed over
+//    the tiles (online softmax: running max and sum per query row, the partial output
+//    rescaled when the max grows; Milakov & Gimelshein 2018, as in FlashAttention, Dao
+//    et al. 2022).
+//  - A lone query token (decode): its visible cells are cut into chunks of kChunk cells
+//    at fixed cell indices, one item per (token, kv head, chunk), so that a long
+//    context keeps every thread busy even with one kv head (split-K, as in
+//    Flash-Decoding, Dao et al. 2023). Each item leaves its unnormalised output, max and
+//    sum; they are merged afterwards, chunk by chunk in cell order:
+//    M = max m_c, S = sum s_c e^(m_c - M), O = sum o_c e^(m_c - M) / S.
+//    The chunks depend only on the sequence's cells, never on the thread count, so
+//    results do not either.
+// Quantized formats are scored in their stored domain (kv_rows.hpp): INT4 rows hold the
+// group-wise rotated values y = R_G x, so queries are rotated once per item and the
+// rotation is undone once on the accumulated output (it is linear).
+//
+// score_acc (H2O): an item then covers all the cells its block sees (no split) and makes
+// two passes: the first finds each row's max and sum, the second computes the
+// normalised probabilities, adds them to a per-thread partial and accumulates P V. The
+// partials are added into score_acc in thread order after the parallel part.
+#include "cpu/ops/attention_flash.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/fp16.hpp"
+#include "cpu/kernels/gemm_f32.hpp"
+#include "cpu/kernels/x86_intrinsics.hpp"
+#include "cpu/ops/kv_rows.hpp"
+#include "cpu/ops/vec_math.hpp"
+#include "quant/kv_formats.hpp"
+
+
+namespace ember::cpu {
+namespace {
+
+// A sequence with at least this many query tokens in the batch is cut into blocks.
+constexpr int64_t kTiledMinTokens = 8;
+// Query tokens per block.
+constexpr int64_t kQueryBlock = 32;
+// Cells per decoded tile: kTile whole cache rows (every kv head) of f32 keys plus as many
+// values (64 KiB each for 256 values per row) stay in L2 while every query row of the
+// block uses them.
+constexpr int64_t kTile = 64;
+// Cells per split-K chunk of a lone query token (a multiple of kTile).
+constexpr int64_t kChunk = 512;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- how a cache type's rows become f32 tiles ----
+
+void f16_to_f32_scalar(const void* row, float* out, int n) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  for (int i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+}
+void f32_copy(const void* row, float* out, int n) { std::memcpy(out, row, size_t(n) * sizeof(float)); }
+void rotate_none(float*, int64_t) {}
+
+#if defined(EMBER_X86)
+__attribute__((target("avx2,f16c"))) void f16_to_f32_avx2(const void* row, float* out, int n) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+}
+__attribute__((target("avx512f,f16c"))) void f16_to_f32_avx512(const void* row, float* out, int n) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+}
+#endif
+
+struct TileFormat {
+  void (*decode_stored)(const void* row, float* out, int n);  // one kv head's part of a row
+  void (*rotate)(float* v, int64_t n);                        // into the stored domain
+  void (*unrotate)(float* v, int64_t n);                      // back
+};
+
+TileFormat tile_format(Isa isa, backend::DType type) {
+  if (type == backend::DType::f32) return {f32_copy, rotate_none, rotate_none};
+  if (type == backend::DType::f16) {
+#if defined(EMBER_X86)
+    if (isa == Isa::avx512) return {f16_to_f32_avx512, rotate_none, rotate_none};
+    if (isa == Isa::avx2) return {f16_to_f32_avx2, rotate_none, rotate_none};
+#endif
+    return {f16_to_f32_scalar, rotate_none, rotate_none};
+  }
+  const KvRowKernels kern = kv_row_kernels(isa, type);
+  return {kern.decode_stored, kern.rotate, kern.unrotate};
+}
+
+// ---- the work ----
+
+// The cells of one sequence that hold a position, in cell order: cell index, slot, position.
+struct SeqCells {
+  std::vector<int32_t> index, pos;
+  std::vector<int64_t> slot;
+  int64_t score_offset = 0;  // of this sequence in a per-thread score partial
+};
+
+// Query tokens of one sequence that share items; [lo, hi) the compacted cells some of
+// them see.
+struct Block {
+  int32_t seq;
+  std::vector<int64_t> tokens;
+  int64_t lo, hi;
+  int64_t n_chunks;  // > 1: split-K, partials merged afterwards
+  int64_t first_partial;  // index of its first partial (kv head 0, chunk 0)
+};
+
+// One block over a range of cells, for every kv head (so that whole cache rows are read).
+struct Item {
+  int64_t block;
+  int64_t lo, hi;   // compacted cells
+  int64_t partial;  // -1: writes the output itself
+};
+
+// s[j] = e^(s[j] - max), masked (-inf) entries 0; returns the sum.
+EMBER_VECTORIZE float exp_masked(float* s, int64_t n, float max_score) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float e = exp_approx(s[j] - max_score);
+    s[j] = s[j] == kNegInf ? 0.0f : e;
+    total += s[j];
+  }
+  return total;
+}
+
+
+// The largest of s[0..n) (-inf for none); eight independent chains, as float max does
+// not vectorize without fast-math.
+float max_of(const float* s, int64_t n) {
+  float m[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], s[j + l]);
+  for (; j < n; ++j) m[0] = std::max(m[0], s[j]);
+  for (int l = 1; l < 8; ++l) m[0] = std::max(m[0], m[l]);
+  return m[0];
+}
+EMBER_VECTORIZE void add_into(float* acc, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+EMBER_VECTORIZE void scale_by(float* x, float factor, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+// Per-thread scratch of one item; `rows` = query tokens x group of one kv head. Kept per
+// thread across calls (decode calls the op once per layer and token; fresh buffers of
+// this size would be new pages from the kernel each time) and grown as needed.
+struct Scratch {
+  std::vector<float> queries;           // [n_head_kv][rows][head_dim], in the stored domain
+  std::vector<float> keys, values;      // [kTile][n_head_kv * head_dim]: a tile of whole cache rows
+  std::vector<float> scores;            // [rows][kTile]
+  std::vector<float> product;           // [rows][head_dim]
+  std::vector<float> acc_out;           // [n_head_kv][rows][head_dim], unnormalised (online) or final
+  std::vector<float> row_max, row_sum;  // [n_head_kv][rows]
+  std::vector<int32_t> row_pos;         // [rows]
+
+  static Scratch& of_this_thread(int64_t max_rows, int n_kv, int hd) {
+    thread_local Scratch scratch;
+    auto grow = [](auto& v, int64_t n) {
+      if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    grow(scratch.queries, n_kv * max_rows * hd);
+    grow(scratch.keys, kTile * n_kv * hd);
+    grow(scratch.values, kTile * n_kv * hd);
+    grow(scratch.scores, max_rows * kTile);
+    grow(scratch.product, max_rows * hd);
+    grow(scratch.acc_out, n_kv * max_rows * hd);
+    grow(scratch.row_max, n_kv * max_rows);
+    grow(scratch.row_sum, n_kv * max_rows);
+    grow(scratch.row_pos, max_rows);
+    return scratch;
+  }
+};
+
+class Flash {
+ public:
+  Flash(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+        const backend::AttentionParams& p, const AttentionTables& tab, const Tensor& out)
+      : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), p_(p), tab_(tab), fmt_(tile_format(ctx.isa, k_cache.type)),
+        group_(p.n_head / p.n_head_kv), hd_(p.head_dim), head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
+        want_scores_(p.score_acc.rows > 0) {}
+
+  void run(const std::vector<std::vector<int64_t>>& by_seq) {
+    plan(by_seq);
+    compute();
+    merge();
+    add_scores();
+  }
+
+ private:
+  void plan(const std::vector<std::vector<int64_t>>& by_seq) {
+    cells_.resize(by_seq.size());
+    int64_t score_total = 0;
+    for (int32_t s = 0; s < int32_t(by_seq.size()); ++s) {
+      if (by_seq[size_t(s)].empty()) continue;
+      SeqCells& sc = cells_[size_t(s)];
+      for (int32_t c = 0; c < tab_.seq_cells[s]; ++c) {
+        const int32_t pos = tab_.pos_of(s, c);
+        if (pos < 0) continue;
+        sc.index.push_back(c);
+        sc.slot.push_back(tab_.slot_of(s, c));
+        sc.pos.push_back(pos);
+      }
+      sc.score_offset = score_total;
+      score_total += int64_t(sc.pos.size()) * p_.n_head_kv;
+      const std::vector<int64_t>& tokens = by_seq[size_t(s)];
+      const int64_t block_tokens = int64_t(tokens.size()) >= kTiledMinTokens ? kQueryBlock : 1;
+      for (size_t t0 = 0; t0 < tokens.size(); t0 += size_t(block_tokens)) {
+        Block b{s, {}, 0, 0, 1, 0};
+        b.tokens.assign(tokens.begin() + int64_t(t0),
+                        tokens.begin() + int64_t(std::min(tokens.size(), t0 + size_t(block_tokens))));
+        add_block(std::move(b));
+      }
+    }
+    score_total_ = score_total;
+  }
+
+  void add_block(Block b) {
+    const SeqCells& sc = cells_[size_t(b.seq)];
+    int32_t max_pos = INT32_MIN, min_pos = INT32_MAX;
+    for (const int64_t t : b.tokens) {
+      max_pos = std::max(max_pos, tab_.token_pos[t]);
+      min_pos = std::min(min_pos, tab_.token_pos[t]);
+    }
+    // Only cells some query of the block can see take part (positions mostly increase
+    // with the cell index; the mask handles the rest).
+    int64_t lo = 0, hi = int64_t(sc.pos.size());
+    while (hi > lo && sc.pos[size_t(hi - 1)] > max_pos) --hi;
+    if (p_.window > 0)
+      while (lo < hi && min_pos - sc.pos[size_t(lo)] >= p_.window) ++lo;
+    b.lo = lo, b.hi = hi;
+    const bool split = b.tokens.size() == 1 && !want_scores_ && hi - lo > kChunk;
+    const auto index = int64_t(blocks_.size());
+    if (!split) {
+      items_.push_back({index, lo, hi, -1});
+    } else {
+      const int64_t first = lo / kChunk, last = (hi - 1) / kChunk;
+      b.n_chunks = last - first + 1;
+      b.first_partial = n_partials_;
+      n_partials_ += b.n_chunks;
+      for (int64_t c = first; c <= last; ++c)
+        items_.push_back({index, std::max(lo, c * kChunk), std::min(hi, (c + 1) * kChunk), b.first_partial + c - first});
+    }
+    max_rows_ = std::max(max_rows_, int64_t(b.tokens.size()) * group_);
+    blocks_.push_back(std::move(b));
+  }
+
+  // Floats per partial (a lone token over one chunk): its unnormalised output rows
+  // [n_head][head_dim], then their max and sum [n_head] each.
+  int64_t partial_floats() const { return int64_t(p_.n_head) * (hd_ + 2); }
+
+  void compute() {
+    partials_.assign(size_t(n_partials_ * partial_floats()), 0.0f);
+    const auto n_items = int64_t(items_.size());
+    // Items are dealt round-robin (thread i takes items i, i + n_threads, ...), so that
+    // each thread gets early (short) and late (long) causal blocks alike.
+    const int n_threads = int(std::min<int64_t>(ctx_.pool.size(), n_items));
+    scores_.assign(want_scores_ ? size_t(n_threads) : 0, {});
+    ctx_.pool.run([&](int index, int) {
+      if (index >= n_threads) return;
+      Scratch& scratch = Scratch::of_this_thread(max_rows_, p_.n_head_kv, hd_);
+      std::vector<float>* scores = nullptr;
+      if (want_scores_) {
+        scores = &scores_[size_t(index)];
+        scores->assign(size_t(score_total_), 0.0f);
+      }
+      for (int64_t i = index; i < n_items; i += n_threads) run_item(items_[size_t(i)], scratch, scores);
+    });
+  }
+
+  void run_item(const Item& item, Scratch& x, std::vector<float>* thread_scores) {
+    const Block& b = blocks_[size_t(item.block)];
+    const SeqCells& sc = cells_[size_t(b.seq)];
+    const int hd = hd_, group = group_, n_kv = p_.n_head_kv;
+    const int64_t width = int64_t(n_kv) * hd;  // values per cache row
+    const auto rows = int64_t(b.tokens.size()) * group;  // row (i, g): tokens[i], head h * group + g
+    int32_t min_row_pos = INT32_MAX, max_row_pos = INT32_MIN;
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
+      const int64_t t = b.tokens[i];
+      const float* src = q_.row_ptr<float>(t);
+      for (int h = 0; h < n_kv; ++h)
+        std::copy(src + int64_t(h) * group * hd, src + int64_t(h + 1) * group * hd,
+                  x.queries.begin() + (h * rows + int64_t(i) * group) * hd);
+      for (int g = 0; g < group; ++g) x.row_pos[i * size_t(group) + size_t(g)] = tab_.token_pos[t];
+      min_row_pos = std::min(min_row_pos, tab_.token_pos[t]);
+      max_row_pos = std::max(max_row_pos, tab_.token_pos[t]);
+    }
+    fmt_.rotate(x.queries.data(), n_kv * rows * hd);
+    std::fill(x.acc_out.begin(), x.acc_out.begin() + n_kv * rows * hd, 0.0f);
+    std::fill(x.row_max.begin(), x.row_max.begin() + n_kv * rows, kNegInf);
+    std::fill(x.row_sum.begin(), x.row_sum.begin() + n_kv * rows, 0.0f);
+    const int passes = want_scores_ ? 2 : 1;
+    for (int pass = 0; pass < passes; ++pass) {
+      const bool stats_only = pass + 1 < passes;
+      for (int64_t c0 = item.lo; c0 < item.hi; c0 += kTile) {
+        const int64_t tc = std::min(kTile, item.hi - c0);
+        int32_t tile_min = INT32_MAX, tile_max_pos = INT32_MIN;
+        for (int64_t j = 0; j < tc; ++j) {
+          tile_min = std::min(tile_min, sc.pos[size_t(c0 + j)]);
+          tile_max_pos = std::max(tile_max_pos, sc.pos[size_t(c0 + j)]);
+          decode_row(k_, sc.slot[size_t(c0 + j)], x.keys.data() + j * width);
+          if (c0 + kTile + j < item.hi) prefetch_row(k_, sc.slot[size_t(c0 + kTile + j)]);
+        }
+        // Every row sees every cell of the tile: no mask needed.
+        const bool all_visible = tile_max_pos <= min_row_pos && (p_.window <= 0 || max_row_pos - tile_min < p_.window);
+        bool values_decoded = false;
+        for (int h = 0; h < n_kv; ++h) {
+          gemm_nt(ctx_.isa, int(rows), int(tc), hd, x.queries.data() + h * rows * hd, hd, x.keys.data() + h * hd,
+                  int(width), x.scores.data(), int(tc), p_.scale);
+          float* acc_out = x.acc_out.data() + h * rows * hd;
+          bool any_visible = false;
+          for (int64_t r = 0; r < rows; ++r) {
+            float* s = x.scores.data() + r * tc;
+            const int32_t pos = x.row_pos[size_t(r)];
+            if (p_.softcap > 0.0f)
+              for (int64_t j = 0; j < tc; ++j) s[j] = p_.softcap * std::tanh(s[j] / p_.softcap);
+            if (!all_visible)
+              for (int64_t j = 0; j < tc; ++j)
+                if (!visible(pos, sc.pos[size_t(c0 + j)], p_.window)) s[j] = kNegInf;
+            const float tile_max = max_of(s, tc);
+            if (tile_max == kNegInf) {
+              std::fill(s, s + tc, 0.0f);
+              continue;
+            }
+            any_visible = true;
+            float& running_max = x.row_max[size_t(h * rows + r)];
+            float& running_sum = x.row_sum[size_t(h * rows + r)];
+            if (stats_only || !want_scores_) {
+              // Online softmax: fold the tile into the running max and sum (and output).
+              const float new_max = std::max(running_max, tile_max);
+              if (running_max != kNegInf && new_max > running_max) {
+                const float alpha = exp_approx(running_max - new_max);
+                running_sum *= alpha;
+                if (!stats_only) scale_by(acc_out + r * hd, alpha, hd);
+              }
+              running_max = new_max;
+              running_sum += exp_masked(s, tc, running_max);
+            } else {
+              // Second pass: the row's max and sum are final, the probabilities exact.
+              exp_masked(s, tc, running_max);
+              scale_by(s, 1.0f / running_sum, tc);
+            }
+          }
+          if (stats_only || !any_visible) continue;
+          if (thread_scores != nullptr) {
+            float* dst = thread_scores->data() + sc.score_offset + int64_t(h) * int64_t(sc.pos.size()) + c0;
+            for (int64_t r = 0; r < rows; ++r) add_into(dst, x.scores.data() + r * tc, tc);
+          }
+          if (!values_decoded) {
+            for (int64_t j = 0; j < tc; ++j) {
+              decode_row(v_, sc.slot[size_t(c0 + j)], x.values.data() + j * width);
+              if (c0 + kTile + j < item.hi) prefetch_row(v_, sc.slot[size_t(c0 + kTile + j)]);
+            }
+            values_decoded = true;
+          }
+          gemm_nn(ctx_.isa, int(rows), hd, int(tc), x.scores.data(), int(tc), x.values.data() + h * hd, int(width),
+                  x.product.data(), hd);
+          add_into(acc_out, x.product.data(), rows * hd);
+        }
+      }
+    }
+    if (item.partial >= 0) {  // a lone token (rows == group): keep output, max and sum for merge()
+      float* dst = partials_.data() + item.partial * partial_floats();
+      const int n_head = p_.n_head;
+      std::copy(x.acc_out.begin(), x.acc_out.begin() + n_head * hd, dst);
+      std::copy(x.row_max.begin(), x.row_max.begin() + n_head, dst + n_head * hd);
+      std::copy(x.row_sum.begin(), x.row_sum.begin() + n_head, dst + n_head * (hd + 1));
+      return;
+    }
+    fmt_.unrotate(x.acc_out.data(), n_kv * rows * hd);
+    for (int h = 0; h < n_kv; ++h)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float sum = x.row_sum[size_t(h * rows + r)];
+        const float scale = want_scores_ ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
+        float* dst = out_row(b.tokens[size_t(r / group)], h * group + int(r % group));
+        const float* src = x.acc_out.data() + (h * rows + r) * hd;
+        for (int d = 0; d < hd; ++d) dst[d] = src[d] * scale;
+      }
+  }
+
+  // Asks for a cache row of the next tile while this one is decoded: the rows of a tile
+  // lie on a few pages, but where the next page lies is not predictable.
+  void prefetch_row(const Tensor& cache, int64_t slot) const {
+    const std::byte* row = cache.row_ptr(slot);
+    for (size_t off = 0; off < head_bytes_ * size_t(p_.n_head_kv); off += 64) __builtin_prefetch(row + off);
+  }
+
+  // All kv heads of cache row `slot` as f32 (stored domain).
+  void decode_row(const Tensor& cache, int64_t slot, float* out) const {
+    const std::byte* row = cache.row_ptr(slot);
+    for (int h = 0; h < p_.n_head_kv; ++h) fmt_.decode_stored(row + size_t(h) * head_bytes_, out + h * hd_, hd_);
+  }
+
+  float* out_row(int64_t token, int head) const { return out_.row_ptr<float>(token) + int64_t(head) * hd_; }
+
+  // Combines the chunks of each split block (a lone token), in chunk order.
+  void merge() {
+    std::vector<int64_t> split;
+    for (int64_t b = 0; b < int64_t(blocks_.size()); ++b)
+      if (blocks_[size_t(b)].n_chunks > 1) split.push_back(b);
+    const int n_head = p_.n_head, hd = hd_;
+    ctx_.pool.parallel_for(int64_t(split.size()), [&](int64_t begin, int64_t end) {
+      std::vector<float> acc(size_t(n_head) * hd);
+      for (int64_t i = begin; i < end; ++i) {
+        const Block& b = blocks_[size_t(split[size_t(i)])];
+        const float* first = partials_.data() + b.first_partial * partial_floats();
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int head = 0; head < n_head; ++head) {
+          float max_all = kNegInf;
+          for (int64_t c = 0; c < b.n_chunks; ++c) max_all = std::max(max_all, first[c * partial_floats() + n_head * hd + head]);
+          float sum = 0.0f;
+          float* a = acc.data() + head * hd;
+          for (int64_t c = 0; c < b.n_chunks && max_all != kNegInf; ++c) {
+            const float* part = first + c * partial_floats();
+            const float m = part[n_head * hd + head];
+            if (m == kNegInf) continue;
+            const float w = exp_approx(m - max_all);
+            sum += w * part[n_head * (hd + 1) + head];
+            for (int d = 0; d < hd; ++d) a[d] += w * part[head * hd + d];
+          }
+          scale_by(a, sum > 0.0f ? 1.0f / sum : 0.0f, hd);
+        }
+        fmt_.unrotate(acc.data(), int64_t(n_head) * hd);
+        std::copy(acc.begin(), acc.end(), out_row(b.tokens[0], 0));
+      }
+    });
+  }
+
+  // Adds the per-thread probability sums into score_acc, in thread order.
+  void add_scores() const {
+    if (!want_scores_) return;
+    for (int32_t s = 0; s < int32_t(cells_.size()); ++s) {
+      const SeqCells& sc = cells_[size_t(s)];
+      if (sc.index.empty()) continue;
+      float* acc_row = p_.score_acc.row_ptr<float>(s);
+      const auto n_cells = int64_t(sc.index.size());
+      for (int h = 0; h < p_.n_head_kv; ++h)
+        for (int64_t c = 0; c < n_cells; ++c) {
+          float sum = 0.0f;
+          for (const std::vector<float>& part : scores_)
+            if (!part.empty()) sum += part[size_t(sc.score_offset + h * n_cells + c)];
+          acc_row[int64_t(sc.index[size_t(c)]) * p_.n_head_kv + h] += sum;
+        }
+    }
+  }
+
+  OpContext& ctx_;
+  const Tensor& q_;
+  const Tensor& k_;
+  const Tensor& v_;
+  const Tensor& out_;
+  const backend::AttentionParams& p_;
+  const AttentionTables& tab_;
+  const TileFormat fmt_;
+  const int group_, hd_;
+  const size_t head_bytes_;
+  const bool want_scores_;
+  std::vector<SeqCells> cells_;
+  std::vector<Block> blocks_;
+  std::vector<Item> items_;
+  int64_t n_partials_ = 0, score_total_ = 0, max_rows_ = 0;
+  std::vector<float> partials_;
+  std::vector<std::vector<float>> scores_;  // per thread: [sequence][kv head][compacted cell]
+};
+
+}  // namespace
+
+void attention_flash(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const backend::AttentionParams& p, const AttentionTables& tab,
+                     const std::vector<std::vector<int64_t>>& by_seq, const Tensor& out) {
+  Flash(ctx, q, k_cache, v_cache, p, tab, out).run(by_seq);
+}
+
+}  // namespace ember::cpu
