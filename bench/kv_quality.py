@@ -13,16 +13,9 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 
-
-def run(cmd):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}\n")
-        sys.exit(1)
-    return proc.stdout
+from compare import run  # same folder: runs a command, exits with its stderr on failure
 
 
 def perplexity(ember, model, text, ctx, threads, kv_type, group):
