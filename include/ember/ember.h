@@ -36,6 +36,15 @@
 extern "C" {
 #endif
 
+/* Defines ember_*_default_options() in the caller, over the library's init function:
+ * the caller's own sizeof goes in, nothing comes back by value across the boundary. */
+#define EMBER_DEFAULTS(type, name, init) \
+  static inline type name(void) {       \
+    type o;                             \
+    init(&o, sizeof o);                 \
+    return o;                           \
+  }
+
 /* The version of this C interface: raised when functions or fields are added. */
 #define EMBER_C_API_VERSION 1
 
@@ -95,11 +104,7 @@ typedef struct ember_model_options {
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
  * caller built against this or an older header knows) and sets its struct_size. */
 EMBER_API void ember_model_options_init(ember_model_options* options, size_t struct_size);
-static inline ember_model_options ember_model_default_options(void) {
-  ember_model_options o;
-  ember_model_options_init(&o, sizeof o);
-  return o;
-}
+EMBER_DEFAULTS(ember_model_options, ember_model_default_options, ember_model_options_init)
 
 /* Loads a GGUF file (path NUL-terminated). options may be NULL for the defaults. */
 EMBER_API ember_status ember_model_load(const char* path, const ember_model_options* options, ember_model** out);
@@ -185,11 +190,7 @@ typedef struct ember_sampler_options {
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
  * caller built against this or an older header knows) and sets its struct_size. */
 EMBER_API void ember_sampler_options_init(ember_sampler_options* options, size_t struct_size);
-static inline ember_sampler_options ember_sampler_default_options(void) {
-  ember_sampler_options o;
-  ember_sampler_options_init(&o, sizeof o);
-  return o;
-}
+EMBER_DEFAULTS(ember_sampler_options, ember_sampler_default_options, ember_sampler_options_init)
 EMBER_API ember_status ember_sampler_create(const ember_sampler_options* options, ember_sampler** out);
 EMBER_API void ember_sampler_free(ember_sampler* sampler);
 /* Picks a token from logits[n_logits]. */
@@ -223,11 +224,7 @@ typedef struct ember_session_options {
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
  * caller built against this or an older header knows) and sets its struct_size. */
 EMBER_API void ember_session_options_init(ember_session_options* options, size_t struct_size);
-static inline ember_session_options ember_session_default_options(void) {
-  ember_session_options o;
-  ember_session_options_init(&o, sizeof o);
-  return o;
-}
+EMBER_DEFAULTS(ember_session_options, ember_session_default_options, ember_session_options_init)
 EMBER_API ember_status ember_session_create(const ember_model* model, const ember_session_options* options,
                                             ember_session** out);
 EMBER_API void ember_session_free(ember_session* session);
@@ -294,11 +291,7 @@ typedef struct ember_generate_options {
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
  * caller built against this or an older header knows) and sets its struct_size. */
 EMBER_API void ember_generate_options_init(ember_generate_options* options, size_t struct_size);
-static inline ember_generate_options ember_generate_default_options(void) {
-  ember_generate_options o;
-  ember_generate_options_init(&o, sizeof o);
-  return o;
-}
+EMBER_DEFAULTS(ember_generate_options, ember_generate_default_options, ember_generate_options_init)
 
 typedef struct ember_generate_result {
   size_t struct_size;      /* set by the caller: sizeof(ember_generate_result) */
@@ -386,20 +379,12 @@ typedef struct ember_request_result {
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
  * caller built against this or an older header knows) and sets its struct_size. */
 EMBER_API void ember_engine_options_init(ember_engine_options* options, size_t struct_size);
-static inline ember_engine_options ember_engine_default_options(void) {
-  ember_engine_options o;
-  ember_engine_options_init(&o, sizeof o);
-  return o;
-}
+EMBER_DEFAULTS(ember_engine_options, ember_engine_default_options, ember_engine_options_init)
 /* A request with every field at its default (no prompt yet). */
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
  * caller built against this or an older header knows) and sets its struct_size. */
 EMBER_API void ember_request_init(ember_request* options, size_t struct_size);
-static inline ember_request ember_request_default(void) {
-  ember_request o;
-  ember_request_init(&o, sizeof o);
-  return o;
-}
+EMBER_DEFAULTS(ember_request, ember_request_default, ember_request_init)
 EMBER_API ember_status ember_engine_create(const ember_model* model, const ember_engine_options* options,
                                            ember_engine** out);
 /* Shuts down (ending requests as cancelled), stops its thread, frees it. */

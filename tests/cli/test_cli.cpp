@@ -263,6 +263,28 @@ TEST_CASE("llama.cpp's spellings are accepted where they mean the same", "[cli][
   CHECK(quiet.out.rfind("The capital of France is", 0) != 0);
   CHECK(text_of(base).ends_with(text_of(quiet)));
 
+  // bench: comma lists for -p and -t (as llama-bench), one JSON line per test.
+  const Run lists = run_cli("bench -m " + quote(model) + " -p 8,16 -n 2 -t 1,2 -r 1 --json");
+  CHECK(lists.code == 0);
+  for (const char* key : {"\"threads\": 1, \"n_depth\": 0, \"n_prompt\": 8", "\"threads\": 1, \"n_depth\": 0, \"n_prompt\": 16",
+                          "\"threads\": 2, \"n_depth\": 0, \"n_prompt\": 8", "\"threads\": 2, \"n_depth\": 0, \"n_prompt\": 0, \"n_gen\": 2"})
+    CHECK_THAT(lists.out, Catch::Matchers::Contains(key));
+  CHECK(std::count(lists.out.begin(), lists.out.end(), '\n') == 6);
+  // bench with a draft: plain against speculative on four prompts, the same tokens.
+  const Run spec = run_cli("bench -m " + quote(model) + " -n 8 -r 1 -t 2 --draft lookup --json");
+  CHECK(spec.code == 0);
+  CHECK(std::count(spec.out.begin(), spec.out.end(), '\n') == 4);
+  CHECK_THAT(spec.out, Catch::Matchers::Contains("\"same_tokens\": true"));
+  CHECK_THAT(spec.out, !Catch::Matchers::Contains("\"same_tokens\": false"));
+  // run with drafts: the statistics line reports them; bad draft flags are usage errors.
+  const Run drafted = run_cli(run + prompt + "--temp 0 --draft lookup --draft-max 6");
+  CHECK(drafted.code == 0);
+  CHECK_THAT(drafted.out, Catch::Matchers::Contains("drafts: "));
+  CHECK(run_cli(run + prompt + "--draft-max 4").code == 2);
+  CHECK(run_cli(run + prompt + "--draft lookup --draft-max 17").code == 2);
+  CHECK(run_cli(run + prompt + "--draft self-bogus").code == 2);
+  CHECK(run_cli(run + prompt + "-md /nonexistent/draft.gguf").code == 1);
+
   // -ngl: accepted and ignored on the CPU, with a note.
   const Run ngl = run_cli(run + prompt + "--temp 0 --ctx 64 -ngl 99");
   CHECK(ngl.code == 0);
