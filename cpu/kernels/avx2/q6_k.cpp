@@ -2,6 +2,7 @@
 // Codes are used unsigned (0..63); the offset 32 goes through 32 * (pair sums of the
 // activation codes), per int32 lane as llama.cpp does.
 #include "cpu/kernels/avx2/blocks256.hpp"
+#include "cpu/kernels/avx2/rows8.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -65,6 +66,90 @@ struct Step {
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
 };
 
+// Batches, 8 weight rows at a time with one int32 lane per row (rows8.hpp), in
+// llama.cpp's order: Step's eight float lanes m (values 4m .. 4m + 3 of every 32-value
+// chunk) become eight registers over the rows, lanes[m] = fma(d_a * d_w, float(sum_m),
+// lanes[m]) per super-block, added at the end as Lanes8::sum adds them. Per chunk k
+// and dword m: vpmaddubsw of the rows' codes by the token's dword, minus the offset
+// 32 * (pair sums of that dword, one vpmaddubsw per chunk), then vpmaddwd by the
+// rows' scale of sub-block 2k + m / 4.
+void rows8(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
+           size_t out_stride, int64_t n) {
+  constexpr size_t kBlock = sizeof(quant::BlockQ6_K), kActBlock = sizeof(quant::BlockQ8_K);
+  const int64_t nb = n / quant::kQKK;
+  for (int t0 = 0; t0 < n_x; t0 += kRows8Tokens) {
+    const int nt = n_x - t0 < kRows8Tokens ? n_x - t0 : kRows8Tokens;
+    alignas(32) float lanes[kRows8Tokens][8][8];  // [token][m][row]
+    for (int t = 0; t < nt; ++t)
+      for (int m = 0; m < 8; ++m) _mm256_store_ps(lanes[t][m], _mm256_setzero_ps());
+    for (int64_t b = 0; b < nb; ++b) {
+      const std::byte* wb = w + size_t(b) * kBlock;
+      __m256i q[8][8];  // [chunk][dword], lane r: row r
+      {
+        __m256i codes[8][8];  // [row][chunk]
+        for (int r = 0; r < 8; ++r) unpack_codes(wb + size_t(r) * w_row_bytes, codes[r]);
+        for (int k = 0; k < 8; ++k) {
+          __m256i in[8];
+          for (int r = 0; r < 8; ++r) in[r] = codes[r][k];
+          transpose_8x8(in, q[k]);
+        }
+      }
+      alignas(32) int32_t sc[16][8];  // sc[j][r]: scale j of row r in both int16 halves
+      for (int r = 0; r < 8; ++r) {
+        const auto* s8 = reinterpret_cast<const int8_t*>(wb + size_t(r) * w_row_bytes + offsetof(quant::BlockQ6_K, scales));
+        for (int j = 0; j < 16; ++j) sc[j][r] = int32_t(uint32_t(uint16_t(int16_t(s8[j]))) * 0x10001u);
+      }
+      const __m256 d = load_fp16_rows8(wb + offsetof(quant::BlockQ6_K, d), w_row_bytes);
+      for (int t = 0; t < nt; ++t) {
+        const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
+        const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs);
+        const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(load_f32(ab)), d);
+        __m256i sum[8];
+        for (int m = 0; m < 8; ++m) sum[m] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          alignas(32) int32_t offset[8];  // 32 * (a0 + a1), 32 * (a2 + a3) of dword m, as int16 pairs
+          _mm256_store_si256(reinterpret_cast<__m256i*>(offset),
+                             _mm256_maddubs_epi16(_mm256_set1_epi8(32), load256(qs + 32 * k)));
+          for (int m = 0; m < 8; ++m) {
+            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k][m], bcast32(qs + 32 * k + 4 * m)),
+                                               _mm256_set1_epi32(offset[m]));
+            const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[2 * k + m / 4]));
+            sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(p, s));
+          }
+        }
+        for (int m = 0; m < 8; ++m)
+          _mm256_store_ps(lanes[t][m], _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sum[m]), _mm256_load_ps(lanes[t][m])));
+      }
+    }
+    for (int t = 0; t < nt; ++t) {
+      __m256 v[8];
+      for (int m = 0; m < 8; ++m) v[m] = _mm256_load_ps(lanes[t][m]);
+      // Lanes8::sum: (v4 + v0), (v5 + v1), (v6 + v2), (v7 + v3), then (s0 + s2) + (s1 + s3).
+      const __m256 s0 = _mm256_add_ps(v[4], v[0]), s1 = _mm256_add_ps(v[5], v[1]);
+      const __m256 s2 = _mm256_add_ps(v[6], v[2]), s3 = _mm256_add_ps(v[7], v[3]);
+      store_rows8(out + size_t(t0 + t) * out_stride, _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3)));
+    }
+  }
+}
+
+// WeightKernels::dot_tile: one token with rows_whole, batches with rows8 over whole
+// groups of 8 rows and the step kernel's tiles for the rest.
+void dot_tile_rows8(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                    int n_x, float* out, size_t out_stride, int64_t n) {
+  if (n_x == 1) {
+    dot_tile_lanes<Step, 2, 2>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
+    return;
+  }
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  int r = 0;
+  for (; r + kRows8 <= n_w; r += kRows8)
+    rows8(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
+  if (r < n_w)
+    dot_tile_lanes<Step, 2, 2>(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r,
+                               out_stride, n);
+}
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQKK; ++b, p += sizeof(quant::BlockQ6_K)) {
@@ -87,11 +172,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kTileW = 2, kTileX = 2;
+constexpr int kTileW = kRows8, kTileX = 4;
 
 }  // namespace
 
 extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_rows8, dequantize, kTileW, kTileX, {}};
 
 }  // namespace ember::cpu::avx2
