@@ -1,5 +1,6 @@
 // AVX2 kernels of Q4_0 weights (x = d * (q - 8)) with Q8_0 activations.
 #include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/avx2/rows8_32.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -15,6 +16,14 @@ struct Q4_0 {
 };
 using Step = StepQ8_0<Q4_0>;
 
+// Batches: rows8_32.hpp.
+struct Q4_0Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_0);
+  static constexpr size_t kCodes = 2, kHigh = 0;
+  static constexpr int kBits = 4, kOffset = 8;
+  static constexpr bool kMin = false;
+};
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ4_0))
@@ -22,10 +31,12 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kTileW = 3, kTileX = 2;
+constexpr DotTileFn kPlain = dot_tile<Step, kTileW, kTileX>;
 
 }  // namespace
 
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_rows8_32<Q4_0Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
+                                    {}, kPlain};
 
 }  // namespace ember::cpu::avx2

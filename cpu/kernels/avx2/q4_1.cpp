@@ -1,5 +1,6 @@
 // AVX2 kernels of Q4_1 weights (x = d * q + m) with Q8_1 activations.
 #include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/avx2/rows8_32.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -14,6 +15,14 @@ struct Q4_1 {
 };
 using Step = StepQ8_1<Q4_1>;
 
+// Batches: rows8_32.hpp.
+struct Q4_1Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_1);
+  static constexpr size_t kCodes = 4, kHigh = 0;
+  static constexpr int kBits = 4, kOffset = 0;
+  static constexpr bool kMin = true;
+};
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ4_1))
@@ -21,10 +30,12 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kTileW = 3, kTileX = 2;
+constexpr DotTileFn kPlain = dot_tile<Step, kTileW, kTileX>;
 
 }  // namespace
 
 extern const WeightKernels kQ4_1 = {quant::DType::q4_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_rows8_32<Q4_1Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
+                                    {}, kPlain};
 
 }  // namespace ember::cpu::avx2

@@ -1,0 +1,120 @@
+// AVX2 batches of the 32-value formats whose float order is free (Q4_0, Q4_1, Q5_1;
+// Q8_0 and Q5_0 keep llama.cpp's eight-lane order, lanes.hpp), 8 weight rows per
+// register (rows8.hpp). Per block and token: eight vpmaddubsw of the rows' transposed
+// codes by the token's dwords, summed in int16 (4-bit codes: 8 * 2 * 15 * 128 < 2^15;
+// 5-bit codes in two halves), one vpmaddwd to int32, then one FMA for 8 rows.
+//
+// C (the format): kBlockBytes, kCodes (offset of the 16 nibble bytes), kBits (4 or 5),
+// kMin (x = d * q + m with Q8_1 activations; else x = d * (q - kOffset) with Q8_0),
+// kOffset, and for 5 bits kHigh (offset of the 4 qh bytes).
+#pragma once
+
+#include <vector>
+
+#include "cpu/kernels/avx2/rows8.hpp"
+
+namespace ember::cpu::avx2 {
+namespace {
+
+// Codes of one block of 8 rows: q[k] lane r = values 4k .. 4k + 3 of row r (k < 4) and
+// 16 + 4 (k - 4) .. (k >= 4), the order of the activation block's dwords.
+template <class C>
+inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]) {
+  __m256i bytes[4];
+  load_transposed8_half(block + C::kCodes, stride, bytes);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  for (int k = 0; k < 4; ++k) {
+    q[k] = _mm256_and_si256(bytes[k], nibble);
+    q[4 + k] = _mm256_and_si256(_mm256_srli_epi16(bytes[k], 4), nibble);
+  }
+  if constexpr (C::kBits == 5) {
+    alignas(32) uint32_t qh[8];
+    for (int r = 0; r < 8; ++r) qh[r] = load_u32(block + size_t(r) * stride + C::kHigh);
+    const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(qh));
+    // Bit v of qh is the fifth bit of value v; a multiply by 2^4 + 2^11 + 2^18 + 2^25
+    // moves bit j of a nibble to bit 4 of byte j.
+    const __m256i spread = _mm256_set1_epi32(0x02040810), bit4 = _mm256_set1_epi32(0x10101010);
+    const __m256i four = _mm256_set1_epi32(0xf);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i bits = _mm256_and_si256(_mm256_srli_epi32(h, 4 * k), four);
+      q[k] = _mm256_or_si256(q[k], _mm256_and_si256(_mm256_mullo_epi32(bits, spread), bit4));
+    }
+  }
+}
+
+// Integer dot products of one block for 8 rows (lane r) with one activation block's codes.
+template <class C>
+inline __m256i block_dot_rows8(const __m256i q[8], const std::byte* codes) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (C::kBits == 4) {
+    return _mm256_madd_epi16(maddubs_sum<8>(q, codes), ones);
+  } else {
+    return _mm256_add_epi32(_mm256_madd_epi16(maddubs_sum<4>(q, codes), ones),
+                            _mm256_madd_epi16(maddubs_sum<4>(q + 4, codes + 16), ones));
+  }
+}
+
+template <class C>
+void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
+              size_t out_stride, int64_t n) {
+  constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
+  constexpr size_t kActCodes = C::kMin ? 4 : 2;
+  const int64_t nb = n / quant::kQK;
+  // Symmetric formats: -kOffset * (sum of the block's activation codes), per token and block.
+  thread_local std::vector<int32_t> bias;
+  if constexpr (!C::kMin) {
+    if (bias.size() < size_t(n_x * nb)) bias.resize(size_t(n_x * nb));
+    for (int t = 0; t < n_x; ++t)
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256i y = load256(a + size_t(t) * a_row_bytes + size_t(b) * kActBlock + kActCodes);
+        bias[size_t(t * nb + b)] =
+            -C::kOffset * hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1)));
+      }
+  }
+  for (int t0 = 0; t0 < n_x; t0 += kRows8Tokens) {
+    const int nt = n_x - t0 < kRows8Tokens ? n_x - t0 : kRows8Tokens;
+    alignas(32) float acc[kRows8Tokens][8];
+    for (int t = 0; t < nt; ++t) _mm256_store_ps(acc[t], _mm256_setzero_ps());
+    for (int64_t b = 0; b < nb; ++b) {
+      const std::byte* wb = w + size_t(b) * C::kBlockBytes;
+      __m256i q[8];
+      load_codes_rows8<C>(wb, w_row_bytes, q);
+      const __m256 d = load_fp16_rows8(wb, w_row_bytes);
+      __m256 m = _mm256_setzero_ps();
+      if constexpr (C::kMin) m = load_fp16_rows8(wb + 2, w_row_bytes);
+      for (int t = 0; t < nt; ++t) {
+        const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
+        __m256i s = block_dot_rows8<C>(q, ab + kActCodes);
+        if constexpr (!C::kMin) s = _mm256_add_epi32(s, _mm256_set1_epi32(bias[size_t((t0 + t) * nb + b)]));
+        __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))),
+                                   _mm256_load_ps(acc[t]));
+        if constexpr (C::kMin) v = _mm256_fmadd_ps(m, _mm256_set1_ps(half_at(ab + 2)), v);
+        _mm256_store_ps(acc[t], v);
+      }
+    }
+    for (int t = 0; t < nt; ++t) store_rows8(out + size_t(t0 + t) * out_stride, _mm256_load_ps(acc[t]));
+  }
+}
+
+using DotTileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
+
+// WeightKernels::dot_tile: one token with `Other` (the step kernel: rows_sequential),
+// batches with rows8_32 over whole groups of 8 rows and `Other` for the rest.
+template <class C, DotTileFn Other>
+void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                       size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
+  if (n_x == 1 || n % quant::kQK != 0) {
+    Other(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
+    return;
+  }
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  int r = 0;
+  for (; r + kRows8 <= n_w; r += kRows8)
+    rows8_32<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
+  if (r < n_w)
+    Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
+}
+
+}  // namespace
+}  // namespace ember::cpu::avx2
