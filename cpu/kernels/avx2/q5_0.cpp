@@ -24,7 +24,7 @@ void dequantize(const void* src, float* dst, int64_t n) {
     store_symmetric(dst + b * quant::kQK, codes(p), 16.0f, half_at(p));
 }
 
-constexpr int kTileW = 3, kTileX = 2;
+constexpr int kTileW = 4, kTileX = 3;
 
 }  // namespace
 

@@ -28,7 +28,7 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kTileW = 3, kTileX = 2;
+constexpr int kTileW = 4, kTileX = 4;
 
 }  // namespace
 
