@@ -5,6 +5,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(EMBER_X86)
+#include <cpuid.h>
+#endif
+
 #include "common/fail.hpp"
 #include "cpu/kernels/kernels.hpp"
 #include "cpu/kernels/levels.hpp"
@@ -18,6 +22,20 @@ bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
          __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+// AVX-VNNI (VEX-encoded vpdpbusd on 256-bit registers): CPUID leaf 7 sub-leaf 1, EAX
+// bit 4. GCC 12's __builtin_cpu_supports does not know it; the OS support for YMM
+// state is already implied by cpu_has_avx2.
+bool cpu_has_avx2vnni() {
+#if defined(EMBER_X86)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!cpu_has_avx2() || __get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return (eax >> 4) & 1u;
 #else
   return false;
 #endif
@@ -37,6 +55,7 @@ bool cpu_has_avx512() {
 std::vector<Isa> detect() {
   std::vector<Isa> isas{Isa::scalar};
   if (cpu_has_avx2()) isas.push_back(Isa::avx2);
+  if (cpu_has_avx2vnni()) isas.push_back(Isa::avx2vnni);
   if (cpu_has_avx512()) isas.push_back(Isa::avx512);
   return isas;
 }
@@ -65,12 +84,15 @@ std::string_view isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
+    case Isa::avx2vnni: return "avx2vnni";
     case Isa::avx512: return "avx512";
   }
   return "unknown";
 }
 
 std::span<const Isa> available_isas() { return detected(); }
+
+Isa op_level(Isa isa) { return isa == Isa::avx2vnni ? Isa::avx2 : isa; }
 
 Isa best_isa() {
   if (const char* forced = std::getenv("EMBER_CPU_ISA")) {
@@ -93,6 +115,12 @@ const WeightKernels& weight_kernels(Isa isa, quant::DType type) {
 #if defined(EMBER_X86)
     case Isa::avx2: {
       using namespace avx2;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+    case Isa::avx2vnni: {
+      using namespace avx2vnni;
       found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
                    type);
       break;

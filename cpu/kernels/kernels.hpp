@@ -15,12 +15,16 @@
 
 namespace ember::cpu {
 
-enum class Isa { scalar, avx2, avx512 };
+// avx2vnni: the AVX2 kernels with AVX-VNNI integer dot products (same results).
+enum class Isa { scalar, avx2, avx2vnni, avx512 };
 std::string_view isa_name(Isa isa);
+// The level whose op code paths (attention, KV rows, elementwise) `isa` runs: levels
+// that only differ in weight kernels share them (avx2vnni runs avx2's).
+Isa op_level(Isa isa);
 
 // Levels this CPU can run, from scalar to the best.
 std::span<const Isa> available_isas();
-// The best available level, or the one forced by EMBER_CPU_ISA=scalar|avx2|avx512 (if available).
+// The best available level, or the one forced by EMBER_CPU_ISA=scalar|avx2|avx2vnni|avx512 (if available).
 Isa best_isa();
 
 // Kernels for one weight type at one level.

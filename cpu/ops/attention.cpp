@@ -138,7 +138,7 @@ struct RowKernels {
 RowKernels row_kernels(Isa isa) {
 #if defined(EMBER_X86)
   if (isa == Isa::avx512) return {dot_f16_avx512, axpy_f16_avx512, dot_f32_avx2, axpy_f32_avx2};
-  if (isa == Isa::avx2) return {dot_f16_avx2, axpy_f16_avx2, dot_f32_avx2, axpy_f32_avx2};
+  if (op_level(isa) == Isa::avx2) return {dot_f16_avx2, axpy_f16_avx2, dot_f32_avx2, axpy_f32_avx2};
 #endif
   return {dot_f16_scalar, axpy_f16_scalar, dot_f32_scalar, axpy_f32_scalar};
 }
@@ -391,7 +391,7 @@ OrderedKernels ordered_kernels(Isa isa) {
 #if defined(EMBER_X86)
   if (isa == Isa::avx512)
     return {dot64_f16_avx512, dot64_f32_avx512, dot16_f16_avx512, dot16_f32_avx512, gemm16_avx512};
-  if (isa == Isa::avx2) return {dot64_f16_avx2, dot64_f32_avx2, dot16_f16_avx2, dot16_f32_avx2, gemm16_avx2};
+  if (op_level(isa) == Isa::avx2) return {dot64_f16_avx2, dot64_f32_avx2, dot16_f16_avx2, dot16_f32_avx2, gemm16_avx2};
 #endif
   return {dot64_f16_scalar, dot64_f32_scalar, dot16_f16_scalar, dot16_f32_scalar, gemm16_scalar};
 }

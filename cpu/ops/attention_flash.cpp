@@ -97,7 +97,7 @@ TileFormat tile_format(Isa isa, backend::DType type) {
   if (type == backend::DType::f16) {
 #if defined(EMBER_X86)
     if (isa == Isa::avx512) return {f16_to_f32_avx512, rotate_none, rotate_none};
-    if (isa == Isa::avx2) return {f16_to_f32_avx2, rotate_none, rotate_none};
+    if (op_level(isa) == Isa::avx2) return {f16_to_f32_avx2, rotate_none, rotate_none};
 #endif
     return {f16_to_f32_scalar, rotate_none, rotate_none};
   }

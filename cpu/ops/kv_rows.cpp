@@ -353,7 +353,7 @@ KvRowKernels q8_kernels(Isa isa) {
   if (isa == Isa::avx512)
     return {dot_q8_avx512<G>, axpy_q8_avx512<G>, decode_q8_avx512<G>, decode_q8_avx512<G>,
             rotate_none, rotate_none,      dot_f32_avx512,    axpy_f32_avx512};
-  if (isa == Isa::avx2)
+  if (op_level(isa) == Isa::avx2)
     return {dot_q8_avx2<G>, axpy_q8_avx2<G>, decode_q8_avx2<G>, decode_q8_avx2<G>,
             rotate_none, rotate_none,    dot_f32_avx2,    axpy_f32_avx2};
 #endif
@@ -366,7 +366,7 @@ KvRowKernels q4_kernels(Isa isa) {
   if (isa == Isa::avx512)
     return {dot_q4_avx512<G>, axpy_q4_avx512<G>, decode_q4_avx512<G>, decode_q4_rotated<decode_q4_avx512<G>, G>,
             rotate_q4<G>, unrotate_q4<G>,     dot_f32_avx512,    axpy_f32_avx512};
-  if (isa == Isa::avx2)
+  if (op_level(isa) == Isa::avx2)
     return {dot_q4_avx2<G>, axpy_q4_avx2<G>, decode_q4_avx2<G>, decode_q4_rotated<decode_q4_avx2<G>, G>,
             rotate_q4<G>, unrotate_q4<G>,   dot_f32_avx2,    axpy_f32_avx2};
 #endif

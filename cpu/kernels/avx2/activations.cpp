@@ -2,7 +2,7 @@
 // Same arithmetic as lib/quant/q8_0.cpp, q8_1.cpp, q8_k.cpp, so the codes are identical.
 #include "cpu/kernels/avx2/simd.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Codes of one 32-value block; returns the unrounded d.
@@ -75,4 +75,4 @@ void quantize_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

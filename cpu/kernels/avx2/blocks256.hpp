@@ -10,7 +10,7 @@
 
 #include "cpu/kernels/avx2/simd.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Activation super-block: codes are read from memory when used (from L1: they are
@@ -73,7 +73,7 @@ inline __m256i scale_of(__m256i sc, int j) { return _mm256_shuffle_epi8(sc, _mm2
 inline void madd_k_offset(__m256& acc, const WtKOffset& w, const ActQ8_K& a) {
   __m256i sum = _mm256_setzero_si256();
   for (int j = 0; j < 8; ++j)
-    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w.q[j], a.codes(j)), scale_of(w.sc, j)));
+    sum = madd16_add(sum, _mm256_maddubs_epi16(w.q[j], a.codes(j)), scale_of(w.sc, j));
   const __m256i mins = _mm256_madd_epi16(a.bsums, w.mn);
   acc = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), _mm256_cvtepi32_ps(sum), acc);
   acc = _mm256_fnmadd_ps(_mm256_set1_ps(w.dmin * a.d), _mm256_cvtepi32_ps(mins), acc);
@@ -91,4 +91,4 @@ inline void store_sub_block(float* dst, __m256i codes, float scale, float offset
 }
 
 }  // namespace
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

@@ -5,12 +5,13 @@
 // saturation), vpmaddwd with ones widens to int32. Formats with a code offset
 // (Q4_0: q - 8, Q5_0: q - 16) add -offset * (sum of the activation codes of each
 // int32 lane), precomputed once per activation step. Q8_0 weights are signed and use
-// the sign trick: |w| * (a with the sign of w).
+// the sign trick: |w| * (a with the sign of w); on the avx2vnni level, whose vpdpbusd
+// has no int16 step to overflow, they are shifted to w + 128 instead (offset 128).
 #pragma once
 
 #include "cpu/kernels/avx2/simd.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Activation step of a Q8_0 row; kOffset = 0 skips the code-offset term.
@@ -55,7 +56,7 @@ struct StepQ8_0 {
   static void madd(Acc& acc, const Wt& w, const Act& a) {
     __m256i sum;
     if constexpr (W::kOffset != 0) {
-      sum = _mm256_add_epi32(sum_pairs(_mm256_maddubs_epi16(w.q, a.y)), a.bias);
+      sum = dot4_add(a.bias, w.q, a.y);
     } else {
       sum = sum_pairs(_mm256_maddubs_epi16(w.q, _mm256_sign_epi8(a.y, w.s)));
     }
@@ -96,7 +97,7 @@ struct StepQ8_1 {
   static Act load_act(const std::byte* a, int64_t s) { return Act::load(a, s); }
   static Wt load_w(const std::byte* w, int64_t s) { return W::load(w, s); }
   static void madd(Acc& acc, const Wt& w, const Act& a) {
-    const __m256i sum = sum_pairs(_mm256_maddubs_epi16(w.q, a.y));
+    const __m256i sum = dot4_add(_mm256_setzero_si256(), w.q, a.y);
     acc.v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(w.d * a.d), acc.v);
     acc.m += w.m * a.s;
   }
@@ -126,4 +127,4 @@ inline void store_offset(float* dst, __m256i codes, float d, float m) {
 }
 
 }  // namespace
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

@@ -4,7 +4,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Step kernel: kVectors registers of 8 values per step, one accumulator each.
@@ -96,4 +96,4 @@ extern const WeightKernels kBF16 = {quant::DType::bf16, quant::DType::f32, copy_
                                     dequantize<WidenBF16, quant::ref::dequantize_bf16>, kTileW, kTileX, {},
     nullptr, {}, dot_tile<FloatStep<WidenBF16, 1>, kTileW, kTileX>};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

@@ -4,7 +4,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 struct Q4_0 {
@@ -39,4 +39,4 @@ extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quan
                                     dot_tile_rows8_32<Q4_0Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
                                     {}, kPlain};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

@@ -4,7 +4,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 struct Q4_1 {
@@ -38,4 +38,4 @@ extern const WeightKernels kQ4_1 = {quant::DType::q4_1, quant::DType::q8_1, quan
                                     dot_tile_rows8_32<Q4_1Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
                                     {}, kPlain};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

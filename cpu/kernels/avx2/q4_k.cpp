@@ -7,7 +7,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // llama.cpp's order (quant/lanes.hpp): two scalar accumulators per dot product,
@@ -66,6 +66,15 @@ struct StepGrouped : Step {
 // by the rows' scales give sc_j * dot_j for 8 rows; the mins go through the token's
 // bsums, (bsums[4p] + bsums[4p + 1], bsums[4p + 2] + bsums[4p + 3]) against the
 // rows' (mn[2p], mn[2p + 1]) in one vpmaddwd.
+// sc_j * dot_j of one sub-block for 8 rows (lane r), `sc` as rows8 stores it: with
+// VNNI the whole int32 dot product times the scale (vpmulld), else the int16 sums
+// (at most 8 * 2 * 15 * 128 < 2^15) by the int16 scale pairs (vpmaddwd).
+inline __m256i sub_block_rows8(const __m256i q[8], const std::byte* a, const int32_t* sc) {
+  const __m256i scale = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc));
+  if constexpr (kVnni) return _mm256_mullo_epi32(dot_rows8<8>(_mm256_setzero_si256(), q, a), scale);
+  return _mm256_madd_epi16(maddubs_sum<8>(q, a), scale);
+}
+
 template <bool kGrouped>
 void rows8(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
            size_t out_stride, int64_t n) {
@@ -90,10 +99,11 @@ void rows8(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_
           q[2 * g + 1][k] = _mm256_and_si256(_mm256_srli_epi16(bytes[k], 4), nibble);
         }
       }
-      alignas(32) int32_t sc[8][8], mn[4][8];  // sc[j][r] in both int16 halves; mn[p][r] = (mn[2p], mn[2p + 1])
+      // sc[j][r] (in both int16 halves without VNNI); mn[p][r] = (mn[2p], mn[2p + 1]) as int16.
+      alignas(32) int32_t sc[8][8], mn[4][8];
       for (int r = 0; r < 8; ++r) {
         const KScales8 s = unpack_scales(wb + size_t(r) * w_row_bytes + 4);
-        for (int j = 0; j < 8; ++j) sc[j][r] = int32_t(((s.sc >> (8 * j)) & 0xff) * 0x10001u);
+        for (int j = 0; j < 8; ++j) sc[j][r] = int32_t(((s.sc >> (8 * j)) & 0xff) * (kVnni ? 1u : 0x10001u));
         for (int p = 0; p < 4; ++p)
           mn[p][r] = int32_t(((s.mn >> (16 * p)) & 0xff) | ((s.mn >> (16 * p + 8)) & 0xff) << 16);
       }
@@ -107,10 +117,8 @@ void rows8(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_
         __m256 vacc = _mm256_load_ps(acc[t]), vmin = _mm256_load_ps(acc_min[t]);
         __m256i isum = _mm256_setzero_si256(), imin = _mm256_setzero_si256();
         for (int p = 0; p < 4; ++p) {
-          __m256i s = _mm256_madd_epi16(maddubs_sum<8>(q[2 * p], qs + 64 * p),
-                                        _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[2 * p])));
-          s = _mm256_add_epi32(s, _mm256_madd_epi16(maddubs_sum<8>(q[2 * p + 1], qs + 64 * p + 32),
-                                                    _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[2 * p + 1]))));
+          __m256i s = sub_block_rows8(q[2 * p], qs + 64 * p, sc[2 * p]);
+          s = _mm256_add_epi32(s, sub_block_rows8(q[2 * p + 1], qs + 64 * p + 32, sc[2 * p + 1]));
           const int32_t pair = int32_t(uint16_t(bs[4 * p] + bs[4 * p + 1])) |
                                int32_t(uint32_t(uint16_t(bs[4 * p + 2] + bs[4 * p + 3])) << 16);
           const __m256i m = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mn[p])),
@@ -176,4 +184,4 @@ constexpr int kTileW = kRows8, kTileX = 4;
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile_rows8<false>, dequantize, kTileW, kTileX, {}, dot_tile_rows8<true>};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

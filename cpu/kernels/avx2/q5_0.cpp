@@ -3,7 +3,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 inline __m256i codes(const std::byte* b) { return _mm256_or_si256(nibbles_32(b + 6), high_bits_32(load_u32(b + 2))); }
@@ -24,11 +24,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
     store_symmetric(dst + b * quant::kQK, codes(p), 16.0f, half_at(p));
 }
 
-constexpr int kTileW = 4, kTileX = 3;
+constexpr int kTileW = 4, kTileX = 4;
 
 }  // namespace
 
 extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

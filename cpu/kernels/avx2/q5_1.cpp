@@ -4,7 +4,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 inline __m256i codes(const std::byte* b) { return _mm256_or_si256(nibbles_32(b + 8), high_bits_32(load_u32(b + 4))); }
@@ -40,4 +40,4 @@ extern const WeightKernels kQ5_1 = {quant::DType::q5_1, quant::DType::q8_1, quan
                                     dot_tile_rows8_32<Q5_1Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
                                     {}, kPlain};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

@@ -5,7 +5,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 inline void load_codes(const std::byte* block, WtKOffset& w) {
@@ -61,4 +61,4 @@ constexpr int kTileW = 2, kTileX = 2;
 extern const WeightKernels kQ5_K = {quant::DType::q5_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

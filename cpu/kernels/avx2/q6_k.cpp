@@ -6,7 +6,7 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 struct WtQ6_K {
@@ -58,7 +58,7 @@ struct Step {
     for (int k = 0; k < 8; ++k) {
       const __m256i y = a.codes(k);
       const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(w.q[k], y), _mm256_maddubs_epi16(_mm256_set1_epi8(32), y));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, chunk_scales(w.sc8, k)));
+      sum = madd16_add(sum, p16, chunk_scales(w.sc8, k));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w.d), _mm256_cvtepi32_ps(sum), acc);
   }
@@ -114,7 +114,7 @@ void rows8(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_
             const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k][m], bcast32(qs + 32 * k + 4 * m)),
                                                _mm256_set1_epi32(offset[m]));
             const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[2 * k + m / 4]));
-            sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(p, s));
+            sum[m] = madd16_add(sum[m], p, s);
           }
         }
         for (int m = 0; m < 8; ++m)
@@ -179,4 +179,4 @@ constexpr int kTileW = kRows8, kTileX = 4;
 extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile_rows8, dequantize, kTileW, kTileX, {}};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

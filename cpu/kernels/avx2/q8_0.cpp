@@ -3,14 +3,15 @@
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 struct Q8_0 {
-  static constexpr int kOffset = 0;
+  static constexpr int kOffset = kVnni ? 128 : 0;
   static WtCodes load(const std::byte* row, int64_t s) {
     const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ8_0);
     const __m256i q = load256(b + 2);
+    if constexpr (kVnni) return {_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), q, half_at(b)};
     return {_mm256_abs_epi8(q), q, half_at(b)};
   }
 };
@@ -35,4 +36,4 @@ constexpr int kTileW = 4, kTileX = 4;
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
 
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

@@ -15,7 +15,7 @@
 
 #include "cpu/kernels/avx2/simd.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 constexpr int kRows8 = 8;
@@ -81,8 +81,20 @@ inline __m256i maddubs_sum(const __m256i* q, const std::byte* a) {
   return s;
 }
 
+// Sum over k < K of the dword-k dot products (q[k] by the activation's dword k) as
+// int32, added to acc: vpdpbusd on the avx2vnni level, else the int16 sum above.
+template <int K>
+inline __m256i dot_rows8(__m256i acc, const __m256i* q, const std::byte* a) {
+  if constexpr (kVnni) {
+    for (int k = 0; k < K; ++k) acc = dot4_add(acc, q[k], bcast32(a + 4 * k));
+    return acc;
+  } else {
+    return _mm256_add_epi32(acc, sum_pairs(maddubs_sum<K>(q, a)));
+  }
+}
+
 // Stores 8 row results (lane r) of token t: out[t * out_stride + r].
 inline void store_rows8(float* out, __m256 v) { _mm256_storeu_ps(out, v); }
 
 }  // namespace
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

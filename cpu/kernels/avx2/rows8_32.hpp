@@ -13,7 +13,7 @@
 
 #include "cpu/kernels/avx2/rows8.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Codes of one block of 8 rows: q[k] lane r = values 4k .. 4k + 3 of row r (k < 4) and
@@ -44,14 +44,9 @@ inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]
 
 // Integer dot products of one block for 8 rows (lane r) with one activation block's codes.
 template <class C>
-inline __m256i block_dot_rows8(const __m256i q[8], const std::byte* codes) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (C::kBits == 4) {
-    return _mm256_madd_epi16(maddubs_sum<8>(q, codes), ones);
-  } else {
-    return _mm256_add_epi32(_mm256_madd_epi16(maddubs_sum<4>(q, codes), ones),
-                            _mm256_madd_epi16(maddubs_sum<4>(q + 4, codes + 16), ones));
-  }
+inline __m256i block_dot_rows8(__m256i acc, const __m256i q[8], const std::byte* codes) {
+  if constexpr (C::kBits == 4 || kVnni) return dot_rows8<8>(acc, q, codes);
+  return dot_rows8<4>(dot_rows8<4>(acc, q, codes), q + 4, codes + 16);
 }
 
 template <class C>
@@ -84,8 +79,8 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
       if constexpr (C::kMin) m = load_fp16_rows8(wb + 2, w_row_bytes);
       for (int t = 0; t < nt; ++t) {
         const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
-        __m256i s = block_dot_rows8<C>(q, ab + kActCodes);
-        if constexpr (!C::kMin) s = _mm256_add_epi32(s, _mm256_set1_epi32(bias[size_t((t0 + t) * nb + b)]));
+        const __m256i s = block_dot_rows8<C>(
+            C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[size_t((t0 + t) * nb + b)]), q, ab + kActCodes);
         __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))),
                                    _mm256_load_ps(acc[t]));
         if constexpr (C::kMin) v = _mm256_fmadd_ps(m, _mm256_set1_ps(half_at(ab + 2)), v);
@@ -117,4 +112,4 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
 }
 
 }  // namespace
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS

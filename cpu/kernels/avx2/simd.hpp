@@ -1,6 +1,18 @@
 // Helpers shared by the AVX2 kernels (compiled with -mavx2 -mfma -mf16c -mbmi2).
 // Internal linkage only: see cpu/kernels/tile.hpp.
+//
+// The same sources are compiled twice (cpu/CMakeLists.txt): as the avx2 level and,
+// with -mavxvnni and EMBER_AVX2_VNNI defined, as the avx2vnni level (Intel client
+// CPUs since Alder Lake, AMD Zen 5), whose integer dot products use vpdpbusd /
+// vpdpwssd where the plain level needs vpmaddubsw + vpmaddwd (+ vpaddd). Integer sums
+// are exact either way, so both levels compute the same bits.
 #pragma once
+
+#if defined(EMBER_AVX2_VNNI)
+#define EMBER_AVX2_NS avx2vnni
+#else
+#define EMBER_AVX2_NS avx2
+#endif
 
 #include <immintrin.h>
 
@@ -12,7 +24,7 @@
 #include "cpu/kernels/kernels.hpp"
 #include "quant/blocks.hpp"
 
-namespace ember::cpu::avx2 {
+namespace ember::cpu::EMBER_AVX2_NS {
 
 // Activation quantizers of this level (activations.cpp), bit-identical to lib/quant's.
 void quantize_q8_0(const float* x, void* dst, int64_t n);
@@ -90,6 +102,34 @@ inline __m256i high_bits_32(uint32_t bits) {
 // Sum of adjacent pairs of int16, as int32.
 inline __m256i sum_pairs(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
 
+// True on the avx2vnni level.
+constexpr bool kVnni =
+#if defined(EMBER_AVX2_VNNI)
+    true;
+#else
+    false;
+#endif
+
+// acc + the sums of each 4 products u[i] * s[i] (u unsigned, s signed bytes) per int32
+// lane. Without VNNI through int16 pairs: exact while each pair sum u0 s0 + u1 s1 fits
+// in int16 (callers: u < 128 and s in [-128, 127], or the sign trick of Q8_0).
+inline __m256i dot4_add(__m256i acc, __m256i u, __m256i s) {
+#if defined(EMBER_AVX2_VNNI)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, sum_pairs(_mm256_maddubs_epi16(u, s)));
+#endif
+}
+
+// acc + a[2i] b[2i] + a[2i + 1] b[2i + 1] per int32 lane (int16 a, b).
+inline __m256i madd16_add(__m256i acc, __m256i a, __m256i b) {
+#if defined(EMBER_AVX2_VNNI)
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
 // Packs 32 int32 (four vectors, each in [-128, 127]) into 32 int8 in order.
 inline __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
   const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
@@ -99,4 +139,4 @@ inline __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
 }
 
 }  // namespace
-}  // namespace ember::cpu::avx2
+}  // namespace ember::cpu::EMBER_AVX2_NS
