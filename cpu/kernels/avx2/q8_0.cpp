@@ -1,5 +1,6 @@
 // AVX2 kernels of Q8_0 weights (x = d * q, signed q) with Q8_0 activations.
 #include "cpu/kernels/avx2/blocks32.hpp"
+#include "cpu/kernels/avx2/rows8_lanes.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -18,6 +19,17 @@ struct Q8_0 {
 // One block per step, eight float lanes: llama.cpp's order (quant/lanes.hpp).
 using Step = StepQ8_0<Q8_0>;
 
+// Batches: rows8_lanes.hpp (signed codes and the sign trick; + 128 with VNNI).
+struct Q8_0Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
+  static constexpr int kOffset = kVnni ? 128 : 0;
+  static void load(const std::byte* block, size_t stride, __m256i q[8]) {
+    load_transposed8(block + 2, stride, q);
+    if constexpr (kVnni)
+      for (int m = 0; m < 8; ++m) q[m] = _mm256_xor_si256(q[m], _mm256_set1_epi8(char(0x80)));
+  }
+};
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += sizeof(quant::BlockQ8_0)) {
@@ -30,10 +42,11 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kTileW = 4, kTileX = 4;
+constexpr DotTileFn kLanes = dot_tile_lanes<Step, kTileW, kTileX>;
 
 }  // namespace
 
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile_lanes<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_rows8_lanes<Q8_0Rows8, kLanes>, dequantize, kRows8, kTileX, {}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS
