@@ -3,7 +3,9 @@
 # Uses sudo when not run as root. Prints nothing when everything is present.
 set -euo pipefail
 
-packages=(build-essential cmake git pkg-config python3 python3-pip libeigen3-dev libfmt-dev catch2 libbenchmark-dev)
+packages=(build-essential cmake git pkg-config python3 python3-pip libeigen3-dev libfmt-dev catch2 libbenchmark-dev
+  # The ARM64 cross build and its tests under emulation (scripts/test-arm.sh).
+  g++-aarch64-linux-gnu qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: from a fresh Debian 12 machine, installs what is missing
 # (Debian packages, the real model), builds ember (Release, tests, benchmarks,
-# examples) and runs the whole test suite, the real-model tests included.
+# examples) and runs the whole test suite, the real-model tests included; then, with
+# the ARM cross compiler and qemu-user present, the ARM64 kernel, op, KV-format and
+# golden tests under emulation at every ARM level (scripts/test-arm.sh).
 #   scripts/test.sh              build and run every test
 #   BUILD_DIR=... JOBS=... scripts/test.sh
 set -euo pipefail
@@ -16,3 +18,4 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j "$jobs"
 cd "$build"
 ctest --output-on-failure -j "$jobs" --timeout 1800
+"$root/scripts/test-arm.sh"

@@ -13,6 +13,12 @@
 #include "cpu/kernels/kernels.hpp"
 #include "cpu/kernels/levels.hpp"
 
+#if defined(EMBER_ARM64) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(EMBER_ARM64) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+
 namespace ember::cpu {
 namespace {
 
@@ -52,11 +58,45 @@ bool cpu_has_avx512() {
 #endif
 }
 
+// ARM64 features: Linux reports them in the auxiliary vector (bits of <asm/hwcap.h>,
+// spelled out here so that older kernel headers do), macOS in sysctl's hw.optional.arm.
+struct ArmFeatures {
+  bool asimd = false, dotprod = false, i8mm = false;
+};
+
+ArmFeatures arm_features() {
+  ArmFeatures f;
+#if defined(EMBER_ARM64) && defined(__linux__)
+  constexpr unsigned long kHwcapAsimd = 1ul << 1;     // HWCAP_ASIMD
+  constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // HWCAP_ASIMDDP (SDOT, UDOT)
+  constexpr unsigned long kHwcap2I8mm = 1ul << 13;    // HWCAP2_I8MM (SMMLA, UMMLA, USMMLA)
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  f.asimd = (hwcap & kHwcapAsimd) != 0;
+  f.dotprod = (hwcap & kHwcapAsimdDp) != 0;
+  f.i8mm = (hwcap2 & kHwcap2I8mm) != 0;
+#elif defined(EMBER_ARM64) && defined(__APPLE__)
+  auto has = [](const char* name) {
+    int value = 0;
+    size_t size = sizeof value;
+    return sysctlbyname(name, &value, &size, nullptr, 0) == 0 && value != 0;
+  };
+  f.asimd = true;  // every Apple ARM64 CPU
+  f.dotprod = has("hw.optional.arm.FEAT_DotProd");
+  f.i8mm = has("hw.optional.arm.FEAT_I8MM");
+#endif
+  return f;
+}
+
 std::vector<Isa> detect() {
   std::vector<Isa> isas{Isa::scalar};
   if (cpu_has_avx2()) isas.push_back(Isa::avx2);
   if (cpu_has_avx2vnni()) isas.push_back(Isa::avx2vnni);
   if (cpu_has_avx512()) isas.push_back(Isa::avx512);
+  // Each ARM level's kernels use its instructions and those of the levels below.
+  const ArmFeatures arm = arm_features();
+  if (arm.asimd) isas.push_back(Isa::neon);
+  if (arm.asimd && arm.dotprod) isas.push_back(Isa::dotprod);
+  if (arm.asimd && arm.dotprod && arm.i8mm) isas.push_back(Isa::i8mm);
   return isas;
 }
 
@@ -86,6 +126,9 @@ std::string_view isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx2vnni: return "avx2vnni";
     case Isa::avx512: return "avx512";
+    case Isa::neon: return "neon";
+    case Isa::dotprod: return "dotprod";
+    case Isa::i8mm: return "i8mm";
   }
   return "unknown";
 }
@@ -131,9 +174,28 @@ const WeightKernels& weight_kernels(Isa isa, quant::DType type) {
                    type);
       break;
     }
-#else
-    default: break;
 #endif
+#if defined(EMBER_ARM64)
+    case Isa::neon: {
+      using namespace neon;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+    case Isa::dotprod: {
+      using namespace dotprod;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+    case Isa::i8mm: {
+      using namespace i8mm;
+      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
+                   type);
+      break;
+    }
+#endif
+    default: break;
   }
   if (!found)
     fail(ErrorCode::unsupported, "CPU kernels: no {} kernels for weight type {}", isa_name(isa),

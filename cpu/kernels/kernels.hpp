@@ -1,8 +1,8 @@
 // CPU kernels for the weight formats, one table per instruction-set level.
 //
-// The scalar level is lib/quant's reference arithmetic; AVX2 and AVX-512 levels
-// are compiled with their own flags (cpu/CMakeLists.txt) and only called after
-// the CPU reports the features. Every level computes what lib/quant specifies
+// The scalar level is lib/quant's reference arithmetic; the AVX2 and AVX-512 levels
+// (x86-64) and the NEON, dot-product and i8mm levels (ARM64) are compiled with their
+// own flags (cpu/CMakeLists.txt) and only called after the CPU reports the features. Every level computes what lib/quant specifies
 // and is tested against it (tests/quant).
 #pragma once
 
@@ -15,8 +15,9 @@
 
 namespace ember::cpu {
 
-// avx2vnni: the AVX2 kernels with AVX-VNNI integer dot products (same results).
-enum class Isa { scalar, avx2, avx2vnni, avx512 };
+// Ordered from the least to the most capable level of each architecture. avx2vnni:
+// the AVX2 kernels with AVX-VNNI integer dot products (same results).
+enum class Isa { scalar, avx2, avx2vnni, avx512, neon, dotprod, i8mm };
 std::string_view isa_name(Isa isa);
 // The level whose op code paths (attention, KV rows, elementwise) `isa` runs: levels
 // that only differ in weight kernels share them (avx2vnni runs avx2's).
@@ -24,7 +25,8 @@ Isa op_level(Isa isa);
 
 // Levels this CPU can run, from scalar to the best.
 std::span<const Isa> available_isas();
-// The best available level, or the one forced by EMBER_CPU_ISA=scalar|avx2|avx2vnni|avx512 (if available).
+// The best available level, or the one forced by EMBER_CPU_ISA=<isa_name> (if available):
+// scalar, avx2, avx2vnni, avx512 on x86-64; scalar, neon, dotprod, i8mm on ARM64.
 Isa best_isa();
 
 // Kernels for one weight type at one level.

@@ -1,4 +1,4 @@
-// The kernel tables of each ISA level (defined in scalar/, avx2/, avx512/), looked
+// The kernel tables of each ISA level (defined in scalar/, avx2/, avx512/, neon/), looked
 // up by dispatch.cpp. Plain constant objects: taking their address runs no code of
 // the level, so it is safe on CPUs that lack it.
 #pragma once
@@ -18,6 +18,19 @@ namespace avx2vnni {
 extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
 }
 namespace avx512 {
+extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
+}
+#endif
+#if defined(EMBER_ARM64)
+// ARM64: one NEON source (kernels/neon) compiled per level: plain NEON (vmull / vpadal),
+// + the dot-product extension (SDOT), + i8mm (SMMLA).
+namespace neon {
+extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
+}
+namespace dotprod {
+extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
+}
+namespace i8mm {
 extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
 }
 #endif

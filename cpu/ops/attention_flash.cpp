@@ -39,6 +39,9 @@
 #include "common/fp16.hpp"
 #include "cpu/kernels/gemm_f32.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
+#if defined(EMBER_ARM64)
+#include <arm_neon.h>
+#endif
 #include "cpu/ops/kv_rows.hpp"
 #include "cpu/ops/vec_math.hpp"
 #include "quant/kv_formats.hpp"
@@ -84,6 +87,14 @@ __attribute__((target("avx512f,f16c"))) void f16_to_f32_avx512(const void* row, 
     _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
   for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
 }
+#elif defined(EMBER_ARM64)
+// NEON (FCVTL) is part of the ARMv8-A baseline: no target attribute.
+void f16_to_f32_neon(const void* row, float* out, int n) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  int i = 0;
+  for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+}
 #endif
 
 struct TileFormat {
@@ -98,6 +109,8 @@ TileFormat tile_format(Isa isa, backend::DType type) {
 #if defined(EMBER_X86)
     if (isa == Isa::avx512) return {f16_to_f32_avx512, rotate_none, rotate_none};
     if (op_level(isa) == Isa::avx2) return {f16_to_f32_avx2, rotate_none, rotate_none};
+#elif defined(EMBER_ARM64)
+    if (isa != Isa::scalar) return {f16_to_f32_neon, rotate_none, rotate_none};
 #endif
     return {f16_to_f32_scalar, rotate_none, rotate_none};
   }

@@ -8,6 +8,8 @@
 
 #if defined(EMBER_X86)
 #include <immintrin.h>
+#elif defined(EMBER_ARM64)
+#include <arm_neon.h>
 #endif
 
 namespace ember::cpu {
@@ -22,11 +24,20 @@ __attribute__((target("avx2,f16c"))) void to_f16_f16c(const float* src, uint16_t
   }
   for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
+#elif defined(EMBER_ARM64)
+// FCVTN rounds to nearest even, as fp32_to_fp16 and F16C; NEON is ARMv8-A baseline.
+void to_f16_neon(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src + i))));
+  for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
 #endif
 
 void to_f16(Isa isa, const float* src, uint16_t* dst, int64_t n) {
 #if defined(EMBER_X86)
   if (isa != Isa::scalar) return to_f16_f16c(src, dst, n);
+#elif defined(EMBER_ARM64)
+  if (isa != Isa::scalar) return to_f16_neon(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }

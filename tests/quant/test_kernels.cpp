@@ -40,6 +40,16 @@ TEST_CASE("ISA detection", "[kernels]") {
   // The machines ember is developed and tested on have AVX2.
   CHECK(isas.size() >= 2);
 #endif
+#if defined(__aarch64__)
+  // Every ARM64 CPU has NEON (ASIMD); the levels above it follow each other.
+  REQUIRE(isas.size() >= 2);
+  CHECK(isas[1] == Isa::neon);
+  for (size_t i = 2; i < isas.size(); ++i) CHECK(int(isas[i]) == int(isas[i - 1]) + 1);
+#endif
+  // scripts/test-arm.sh names the best level each emulated CPU must be given, so that a
+  // detection fault cannot quietly test fewer levels.
+  if (const char* expected = std::getenv("EMBER_TEST_EXPECT_ISA"))
+    CHECK(ember::cpu::isa_name(isas.back()) == std::string(expected));
 
   const char* saved = std::getenv("EMBER_CPU_ISA");
   const std::string saved_value = saved ? saved : "";

@@ -1,0 +1,65 @@
+// ARM64 kernels of Q4_K weights with Q8_K activations (see blocks256.hpp).
+#include <cmath>
+
+#include "cpu/kernels/neon/blocks256.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::EMBER_NEON_NS {
+namespace {
+
+// llama.cpp's order (quant/lanes.hpp): two scalar accumulators per dot product,
+// updated once per super-block (Step) or once per 64 values (StepGrouped). The
+// integer sums inside are exact, so any grouping of them gives the same bits.
+struct AccQ4K {
+  float acc, min;
+};
+
+struct Step {
+  static constexpr int kStep = quant::kQKK;
+  using Act = ActQ8_K;
+  using Wt = WtKOffset;
+  using Acc = AccQ4K;
+  static Acc zero() { return {0.0f, 0.0f}; }
+  static Act load_act(const std::byte* a, int64_t s) { return ActQ8_K::load(a, s); }
+  static Wt load_w(const std::byte* row, int64_t s) {
+    const std::byte* b = row + size_t(s) * sizeof(quant::BlockQ4_K);
+    Wt w;
+    load_k_offset_scales(b, w);
+    load_k_nibbles(b + offsetof(quant::BlockQ4_K, qs), w);
+    return w;
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    int32x4_t lo, hi;
+    min_terms(w, a, lo, hi);
+    acc.acc = std::fma(float(vaddvq_s32(scaled_sums(w, a, 0, 8))), w.d * a.d, acc.acc);
+    acc.min = std::fma(float(vaddvq_s32(vaddq_s32(lo, hi))), w.dmin * a.d, acc.min);
+  }
+  static float reduce(const Acc& acc) { return acc.acc - acc.min; }
+  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
+
+struct StepGrouped : Step {
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    int32x4_t lo, hi;
+    min_terms(w, a, lo, hi);
+    // mins[p]: sub-blocks 2p and 2p + 1 (neighbouring lanes of lo, then of hi).
+    int32_t mins[4];
+    vst1q_s32(mins, vpaddq_s32(lo, hi));
+    const float d = w.d * a.d, dmin = w.dmin * a.d;
+    for (int p = 0; p < 4; ++p) {
+      acc.acc = std::fma(float(vaddvq_s32(scaled_sums(w, a, 2 * p, 2 * p + 2))), d, acc.acc);
+      acc.min = std::fma(float(mins[p]), dmin, acc.min);
+    }
+  }
+};
+
+constexpr int kTileW = 2, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
+                                    dot_tile_lanes<Step, kTileW, kTileX>, quant::ref::dequantize_q4_k, kTileW,
+                                    kTileX, {}, dot_tile_lanes<StepGrouped, kTileW, kTileX>};
+
+}  // namespace ember::cpu::EMBER_NEON_NS
