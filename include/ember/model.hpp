@@ -135,6 +135,10 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   const ModelOptions& options() const;
   // Threads of the model's thread pool: options().threads, or what 0 resolved to.
   int threads() const;
+  // The CPU kernel level the CPU backend runs: the best this CPU supports ("avx512",
+  // "avx2vnni", "avx2" on x86-64; "i8mm", "dotprod", "neon" on ARM64; else "scalar"),
+  // or the one the environment variable EMBER_CPU_ISA names. Empty for other devices.
+  std::string cpu_kernel_level() const;
   // Pages and bytes of the KV pools shared by this model's sessions.
   KVPoolMemory kv_memory() const;
   // Bytes of address space the KV pool of this storage reserves (now, or when a

@@ -11,6 +11,7 @@
 
 #include "common/fail.hpp"
 #include "cpu/cpu_backend.hpp"
+#include "cpu/kernels/kernels.hpp"
 
 #if defined(EMBER_HAVE_CUDA)
 #include "cuda/cuda_backend.hpp"
@@ -55,10 +56,12 @@ int physical_cores() {
 
 int default_threads() { return physical_cores(); }
 
+std::string cpu_kernel_level() { return std::string(cpu::isa_name(cpu::best_isa())); }
+
 std::unique_ptr<backend::Backend> make_backend(Device device, int threads) {
   switch (device) {
     case Device::cpu:
-      return cpu::make_cpu_backend({.threads = threads});
+      return cpu::make_cpu_backend({.threads = threads, .isa = std::nullopt});
     case Device::cuda:
 #if defined(EMBER_HAVE_CUDA)
       return cuda::make_cuda_backend();

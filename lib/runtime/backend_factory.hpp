@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "ember/model.hpp"
@@ -15,6 +16,8 @@ std::unique_ptr<backend::Backend> make_backend(Device device, int threads);
 // Physical cores among the CPUs this process may run on (its affinity mask), SMT
 // siblings counted once; every allowed CPU when the topology cannot be read.
 int physical_cores();
+// The kernel level CPU backends made now run (cpu::best_isa(): EMBER_CPU_ISA applied).
+std::string cpu_kernel_level();
 // Threads to use when the host asked for 0: physical_cores().
 int default_threads();
 

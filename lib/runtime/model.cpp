@@ -305,6 +305,9 @@ KVPoolMemory Model::kv_memory() const {
 const ModelInfo& Model::info() const { return impl_->info; }
 const ModelOptions& Model::options() const { return impl_->options; }
 int Model::threads() const { return impl_->threads; }
+std::string Model::cpu_kernel_level() const {
+  return impl_->options.backend == Device::cpu ? runtime::cpu_kernel_level() : std::string();
+}
 
 std::vector<int32_t> Model::tokenize(std::string_view text, bool add_bos, bool parse_special) const {
   return impl_->require_tokenizer().encode(text, add_bos, parse_special);

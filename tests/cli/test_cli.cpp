@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -108,6 +109,13 @@ TEST_CASE("ember info and ember tokenize", "[cli]") {
     // Bytes per cached token for each storage type.
     for (const char* kind : {"f32", "f16", "int8 g32", "int8 g64", "int4 g32", "int4 g64"})
       CHECK_THAT(r.out, Catch::Matchers::Contains(std::string("  ") + kind + " "));
+    // The CPU kernel level: the one EMBER_CPU_ISA forces (scalar runs everywhere).
+    const char* saved = std::getenv("EMBER_CPU_ISA");
+    const std::string saved_value = saved ? saved : "";
+    setenv("EMBER_CPU_ISA", "scalar", 1);
+    const Run forced = run_cli("info -m " + quote(model));
+    if (saved) setenv("EMBER_CPU_ISA", saved_value.c_str(), 1); else unsetenv("EMBER_CPU_ISA");
+    CHECK_THAT(forced.out, Catch::Matchers::Contains("cpu kernels:      scalar ("));
   }
   const auto vocab = ember::test::tokenizer_dir() / "ggml-vocab-llama-spm.gguf";
   if (std::filesystem::exists(vocab)) {

@@ -2,6 +2,7 @@
 // The fifth bit of code l of sub-block j is bit j of qh[l]: a 16-bit shift brings it
 // to bit 4 of the same byte (the bits a 16-bit shift carries across bytes are masked off).
 #include "cpu/kernels/avx2/blocks256.hpp"
+#include "cpu/kernels/avx2/rows8_k.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -55,10 +56,18 @@ void dequantize(const void* src, float* dst, int64_t n) {
 }
 
 constexpr int kTileW = 2, kTileX = 2;
+constexpr DotTileFn kPlain = dot_tile<Step, kTileW, kTileX>;
+
+// Batches: rows8_k.hpp (one FMA per super-block and 8 rows).
+struct Q5KRows8 {
+  using Block = quant::BlockQ5_K;
+  static constexpr int kBits = 5;
+};
 
 }  // namespace
 
 extern const WeightKernels kQ5_K = {quant::DType::q5_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX, {}};
+                                    dot_tile_rows8_k<Q5KRows8, false, kPlain>, dequantize, kRows8, 4, {}, nullptr,
+                                    {}, kPlain};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS
