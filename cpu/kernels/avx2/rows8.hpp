@@ -86,8 +86,14 @@ inline __m256i maddubs_sum(const __m256i* q, const std::byte* a) {
 template <int K>
 inline __m256i dot_rows8(__m256i acc, const __m256i* q, const std::byte* a) {
   if constexpr (kVnni) {
-    for (int k = 0; k < K; ++k) acc = dot4_add(acc, q[k], bcast32(a + 4 * k));
-    return acc;
+    // Two chains: vpdpbusd's latency would otherwise bound a chain of K.
+    __m256i odd = _mm256_setzero_si256();
+    for (int k = 0; k + 1 < K; k += 2) {
+      acc = dot4_add(acc, q[k], bcast32(a + 4 * k));
+      odd = dot4_add(odd, q[k + 1], bcast32(a + 4 * k + 4));
+    }
+    if constexpr (K % 2) acc = dot4_add(acc, q[K - 1], bcast32(a + 4 * (K - 1)));
+    return _mm256_add_epi32(acc, odd);
   } else {
     return _mm256_add_epi32(acc, sum_pairs(maddubs_sum<K>(q, a)));
   }

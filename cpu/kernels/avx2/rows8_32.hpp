@@ -49,23 +49,23 @@ inline __m256i block_dot_rows8(__m256i acc, const __m256i q[8], const std::byte*
   return dot_rows8<4>(dot_rows8<4>(acc, q, codes), q + 4, codes + 16);
 }
 
+// Symmetric formats: -kOffset * (sum of the block's activation codes) per token and
+// block, computed once per call into `bias` (rows8_32 reuses it for every group of 8 rows).
+template <class C>
+void prepare_bias_rows8(const std::byte* a, size_t a_row_bytes, int n_x, int64_t nb, int32_t* bias) {
+  for (int t = 0; t < n_x; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i y = load256(a + size_t(t) * a_row_bytes + size_t(b) * sizeof(quant::BlockQ8_0) + 2);
+      bias[size_t(t) * size_t(nb) + size_t(b)] = -C::kOffset * hsum_i32(sum_pairs(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y)));
+    }
+}
+
 template <class C>
 void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
-              size_t out_stride, int64_t n) {
+              size_t out_stride, int64_t n, const int32_t* bias) {
   constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
   constexpr size_t kActCodes = C::kMin ? 4 : 2;
   const int64_t nb = n / quant::kQK;
-  // Symmetric formats: -kOffset * (sum of the block's activation codes), per token and block.
-  thread_local std::vector<int32_t> bias;
-  if constexpr (!C::kMin) {
-    if (bias.size() < size_t(n_x * nb)) bias.resize(size_t(n_x * nb));
-    for (int t = 0; t < n_x; ++t)
-      for (int64_t b = 0; b < nb; ++b) {
-        const __m256i y = load256(a + size_t(t) * a_row_bytes + size_t(b) * kActBlock + kActCodes);
-        bias[size_t(t * nb + b)] =
-            -C::kOffset * hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1)));
-      }
-  }
   for (int t0 = 0; t0 < n_x; t0 += kRows8Tokens) {
     const int nt = n_x - t0 < kRows8Tokens ? n_x - t0 : kRows8Tokens;
     alignas(32) float acc[kRows8Tokens][8];
@@ -80,7 +80,8 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
       for (int t = 0; t < nt; ++t) {
         const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
         const __m256i s = block_dot_rows8<C>(
-            C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[size_t((t0 + t) * nb + b)]), q, ab + kActCodes);
+            C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[size_t(t0 + t) * size_t(nb) + size_t(b)]), q,
+            ab + kActCodes);
         __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))),
                                    _mm256_load_ps(acc[t]));
         if constexpr (C::kMin) v = _mm256_fmadd_ps(m, _mm256_set1_ps(half_at(ab + 2)), v);
@@ -104,9 +105,15 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
   }
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
+  thread_local std::vector<int32_t> bias;
+  if (!C::kMin && n_w >= kRows8) {
+    const int64_t nb = n / quant::kQK;
+    if (bias.size() < size_t(n_x) * size_t(nb)) bias.resize(size_t(n_x) * size_t(nb));
+    prepare_bias_rows8<C>(a, a_row_bytes, n_x, nb, bias.data());
+  }
   int r = 0;
   for (; r + kRows8 <= n_w; r += kRows8)
-    rows8_32<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
+    rows8_32<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n, bias.data());
   if (r < n_w)
     Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
 }

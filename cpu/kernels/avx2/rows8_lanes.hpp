@@ -14,14 +14,39 @@
 // codes (for kOffset == 0: the signed codes).
 #pragma once
 
+#include <vector>
+
 #include "cpu/kernels/avx2/rows8.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
+// Per token and block, prepared once per call (rows8_lanes reuses them for every group
+// of 8 rows): the activation scale as float and, for formats with a code offset,
+// -kOffset * (sum of dword m's codes) for m = 0..7, read back with broadcasts from
+// memory (no shuffles in the inner loop).
+struct ActLanes {
+  alignas(32) int32_t bias[8];
+  float d;
+};
+
+template <int kOffset>
+void prepare_act_lanes(const std::byte* a, size_t a_row_bytes, int n_x, int64_t nb, ActLanes* prepared) {
+  for (int t = 0; t < n_x; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      const std::byte* ab = a + size_t(t) * a_row_bytes + size_t(b) * sizeof(quant::BlockQ8_0);
+      ActLanes& p = prepared[size_t(t) * size_t(nb) + size_t(b)];
+      p.d = half_at(ab);
+      if constexpr (kOffset != 0)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.bias),
+                           _mm256_mullo_epi32(sum_pairs(_mm256_maddubs_epi16(_mm256_set1_epi8(1), load256(ab + 2))),
+                                              _mm256_set1_epi32(-kOffset)));
+    }
+}
+
 template <class C>
 void rows8_lanes(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
-                 size_t out_stride, int64_t n) {
+                 size_t out_stride, int64_t n, const ActLanes* prepared) {
   constexpr size_t kActBlock = sizeof(quant::BlockQ8_0);
   const int64_t nb = n / quant::kQK;
   for (int t0 = 0; t0 < n_x; t0 += kRows8Tokens) {
@@ -36,19 +61,14 @@ void rows8_lanes(const std::byte* w, size_t w_row_bytes, const std::byte* a, siz
       for (int m = 0; m < 8; ++m) u[m] = C::kOffset == 0 ? _mm256_abs_epi8(q[m]) : q[m];
       const __m256 d = load_fp16_rows8(wb, w_row_bytes);
       for (int t = 0; t < nt; ++t) {
-        const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
-        const std::byte* y = ab + 2;
-        const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab)));
-        alignas(32) int32_t bias[8];  // -kOffset * (sum of the token's dword m)
-        if constexpr (C::kOffset != 0)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(bias),
-                             _mm256_mullo_epi32(sum_pairs(_mm256_maddubs_epi16(_mm256_set1_epi8(1), load256(y))),
-                                                _mm256_set1_epi32(-C::kOffset)));
+        const std::byte* y = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock + 2;
+        const ActLanes& p = prepared[size_t(t0 + t) * size_t(nb) + size_t(b)];
+        const __m256 dd = _mm256_mul_ps(d, _mm256_broadcast_ss(&p.d));
         for (int m = 0; m < 8; ++m) {
           const __m256i am = bcast32(y + 4 * m);
           __m256i s;
           if constexpr (C::kOffset != 0) {
-            s = dot4_add(_mm256_set1_epi32(bias[m]), u[m], am);
+            s = dot4_add(_mm256_set1_epi32(p.bias[m]), u[m], am);
           } else {
             s = sum_pairs(_mm256_maddubs_epi16(u[m], _mm256_sign_epi8(am, q[m])));
           }
@@ -80,9 +100,16 @@ void dot_tile_rows8_lanes(const void* weights, size_t w_row_bytes, int n_w, cons
   }
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
+  const int64_t nb = n / quant::kQK;
+  thread_local std::vector<ActLanes> prepared;
+  if (n_w >= kRows8) {
+    if (prepared.size() < size_t(n_x) * size_t(nb)) prepared.resize(size_t(n_x) * size_t(nb));
+    prepare_act_lanes<C::kOffset>(a, a_row_bytes, n_x, nb, prepared.data());
+  }
   int r = 0;
   for (; r + kRows8 <= n_w; r += kRows8)
-    rows8_lanes<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
+    rows8_lanes<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n,
+                   prepared.data());
   if (r < n_w)
     Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
 }
