@@ -121,33 +121,19 @@ void rows8(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_
           _mm256_store_ps(lanes[t][m], _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sum[m]), _mm256_load_ps(lanes[t][m])));
       }
     }
-    for (int t = 0; t < nt; ++t) {
-      __m256 v[8];
-      for (int m = 0; m < 8; ++m) v[m] = _mm256_load_ps(lanes[t][m]);
-      // Lanes8::sum: (v4 + v0), (v5 + v1), (v6 + v2), (v7 + v3), then (s0 + s2) + (s1 + s3).
-      const __m256 s0 = _mm256_add_ps(v[4], v[0]), s1 = _mm256_add_ps(v[5], v[1]);
-      const __m256 s2 = _mm256_add_ps(v[6], v[2]), s3 = _mm256_add_ps(v[7], v[3]);
-      store_rows8(out + size_t(t0 + t) * out_stride, _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3)));
-    }
+    for (int t = 0; t < nt; ++t) store_rows8(out + size_t(t0 + t) * out_stride, lanes8_sum_rows8(lanes[t]));
   }
 }
 
 // WeightKernels::dot_tile: one token with rows_whole, batches with rows8 over whole
 // groups of 8 rows and the step kernel's tiles for the rest.
+constexpr DotTileFn kPlain = dot_tile_lanes<Step, 2, 2>;
 void dot_tile_rows8(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
                     int n_x, float* out, size_t out_stride, int64_t n) {
-  if (n_x == 1) {
-    dot_tile_lanes<Step, 2, 2>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
-    return;
-  }
-  const auto* w = static_cast<const std::byte*>(weights);
+  if (n_x == 1) return kPlain(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
   const auto* a = static_cast<const std::byte*>(activations);
-  int r = 0;
-  for (; r + kRows8 <= n_w; r += kRows8)
-    rows8(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
-  if (r < n_w)
-    dot_tile_lanes<Step, 2, 2>(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r,
-                               out_stride, n);
+  over_row_groups<kPlain>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
+                          [&](const std::byte* w, float* o) { rows8(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n); });
 }
 
 void dequantize(const void* src, float* dst, int64_t n) {

@@ -102,5 +102,30 @@ inline __m256i dot_rows8(__m256i acc, const __m256i* q, const std::byte* a) {
 // Stores 8 row results (lane r) of token t: out[t * out_stride + r].
 inline void store_rows8(float* out, __m256 v) { _mm256_storeu_ps(out, v); }
 
+// llama.cpp's eight float lanes of 8 rows (lanes[m], lane r: row r) added as
+// quant::Lanes8::sum adds them: (v4 + v0), (v5 + v1), (v6 + v2), (v7 + v3), then
+// (s0 + s2) + (s1 + s3).
+inline __m256 lanes8_sum_rows8(const float (&lanes)[8][8]) {
+  __m256 v[8];
+  for (int m = 0; m < 8; ++m) v[m] = _mm256_load_ps(lanes[m]);
+  const __m256 s0 = _mm256_add_ps(v[4], v[0]), s1 = _mm256_add_ps(v[5], v[1]);
+  const __m256 s2 = _mm256_add_ps(v[6], v[2]), s3 = _mm256_add_ps(v[7], v[3]);
+  return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+}
+
+using DotTileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
+
+// The body of the rows8 dot_tiles: `group(weights of rows r .. r + 7, out + r)` over the
+// whole groups of 8 rows, `Other` (a plain dot_tile) for the rows after them.
+template <DotTileFn Other, class Group>
+void over_row_groups(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                     int n_x, float* out, size_t out_stride, int64_t n, Group&& group) {
+  const auto* w = static_cast<const std::byte*>(weights);
+  int r = 0;
+  for (; r + kRows8 <= n_w; r += kRows8) group(w + size_t(r) * w_row_bytes, out + r);
+  if (r < n_w)
+    Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, activations, a_row_bytes, n_x, out + r, out_stride, n);
+}
+
 }  // namespace
 }  // namespace ember::cpu::EMBER_AVX2_NS

@@ -92,8 +92,6 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
   }
 }
 
-using DotTileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
-
 // WeightKernels::dot_tile: one token with `Other` (the step kernel: rows_sequential),
 // batches with rows8_32 over whole groups of 8 rows and `Other` for the rest.
 template <class C, DotTileFn Other>
@@ -103,7 +101,6 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
     Other(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
     return;
   }
-  const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
   thread_local std::vector<int32_t> bias;
   if (!C::kMin && n_w >= kRows8) {
@@ -111,11 +108,10 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
     if (bias.size() < size_t(n_x) * size_t(nb)) bias.resize(size_t(n_x) * size_t(nb));
     prepare_bias_rows8<C>(a, a_row_bytes, n_x, nb, bias.data());
   }
-  int r = 0;
-  for (; r + kRows8 <= n_w; r += kRows8)
-    rows8_32<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n, bias.data());
-  if (r < n_w)
-    Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
+  over_row_groups<Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
+                         [&](const std::byte* w, float* o) {
+                           rows8_32<C>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n, bias.data());
+                         });
 }
 
 }  // namespace

@@ -112,8 +112,6 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
   }
 }
 
-using DotTileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
-
 // A dot_tile: rows8_k over whole groups of 8 rows, `Other` for the rest and (unless
 // kGrouped, whose single tokens never come here) for one token.
 template <class C, bool kGrouped, DotTileFn Other>
@@ -123,13 +121,11 @@ void dot_tile_rows8_k(const void* weights, size_t w_row_bytes, int n_w, const vo
     Other(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
     return;
   }
-  const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
-  int r = 0;
-  for (; r + kRows8 <= n_w; r += kRows8)
-    rows8_k<C, kGrouped>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n);
-  if (r < n_w)
-    Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
+  over_row_groups<Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
+                         [&](const std::byte* w, float* o) {
+                           rows8_k<C, kGrouped>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n);
+                         });
 }
 
 }  // namespace

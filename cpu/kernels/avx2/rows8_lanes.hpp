@@ -76,18 +76,9 @@ void rows8_lanes(const std::byte* w, size_t w_row_bytes, const std::byte* a, siz
         }
       }
     }
-    for (int t = 0; t < nt; ++t) {
-      __m256 v[8];
-      for (int m = 0; m < 8; ++m) v[m] = _mm256_load_ps(lanes[t][m]);
-      // Lanes8::sum: (v4 + v0), (v5 + v1), (v6 + v2), (v7 + v3), then (s0 + s2) + (s1 + s3).
-      const __m256 s0 = _mm256_add_ps(v[4], v[0]), s1 = _mm256_add_ps(v[5], v[1]);
-      const __m256 s2 = _mm256_add_ps(v[6], v[2]), s3 = _mm256_add_ps(v[7], v[3]);
-      store_rows8(out + size_t(t0 + t) * out_stride, _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3)));
-    }
+    for (int t = 0; t < nt; ++t) store_rows8(out + size_t(t0 + t) * out_stride, lanes8_sum_rows8(lanes[t]));
   }
 }
-
-using DotTileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
 
 // WeightKernels::dot_tile: one token with `Other` (rows_whole), batches with
 // rows8_lanes over whole groups of 8 rows and `Other` for the rest.
@@ -98,7 +89,6 @@ void dot_tile_rows8_lanes(const void* weights, size_t w_row_bytes, int n_w, cons
     Other(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
     return;
   }
-  const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
   const int64_t nb = n / quant::kQK;
   thread_local std::vector<ActLanes> prepared;
@@ -106,12 +96,10 @@ void dot_tile_rows8_lanes(const void* weights, size_t w_row_bytes, int n_w, cons
     if (prepared.size() < size_t(n_x) * size_t(nb)) prepared.resize(size_t(n_x) * size_t(nb));
     prepare_act_lanes<C::kOffset>(a, a_row_bytes, n_x, nb, prepared.data());
   }
-  int r = 0;
-  for (; r + kRows8 <= n_w; r += kRows8)
-    rows8_lanes<C>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n,
-                   prepared.data());
-  if (r < n_w)
-    Other(w + size_t(r) * w_row_bytes, w_row_bytes, n_w - r, a, a_row_bytes, n_x, out + r, out_stride, n);
+  over_row_groups<Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
+                         [&](const std::byte* w, float* o) {
+                           rows8_lanes<C>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n, prepared.data());
+                         });
 }
 
 }  // namespace
