@@ -1,7 +1,7 @@
 // Attention over the paged KV cache on the CPU. Quantized caches and long sequences
 // (more than kFlashMinCells cells) take the flash schedules of attention_flash.cpp;
 // the rest (F16 and F32 caches) takes one of two schedules here, both adding
-// their products in llama.cpp's order (see "llama.cpp's summation orders" below):
+// their products in llama.cpp's order (cpu/ops/levels/lanes16.hpp):
 // queries and probabilities are rounded to F16 for an F16 cache, the softmax uses
 // exp_fma and llama.cpp's partial sums.
 //
@@ -9,8 +9,8 @@
 // pairs spread over the pool. For each, the visible cache slots are listed once;
 // then every query head of the group scores each key row while it is in L1, a
 // max-subtracted softmax follows, and the value rows are accumulated in the same
-// slot order. K/V rows are F16 or F32; the inner products use F16C + FMA (AVX2)
-// or AVX-512 when the backend's level allows, NEON at every ARM64 level.
+// slot order. K/V rows are F16 or F32; the inner products are the level's
+// (OpKernels: F16C + FMA at AVX2, AVX-512, NEON at every ARM64 level).
 //
 // Many query tokens of a sequence (prefill): the sequence's keys and values of
 // each kv head are converted to f32 matrices once (values transposed), and blocks
@@ -25,9 +25,9 @@
 
 #include "common/fail.hpp"
 #include "common/fp16.hpp"
+#include "cpu/kernels/op_kernels.hpp"
 #include "cpu/ops/attention_flash.hpp"
 #include "cpu/ops/attention_scores.hpp"
-#include "cpu/kernels/op_kernels.hpp"
 #include "cpu/ops/levels/lanes16.hpp"
 #include "cpu/ops/ops.hpp"
 

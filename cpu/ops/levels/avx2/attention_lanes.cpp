@@ -19,7 +19,9 @@ struct Lanes16Avx2 {
   static Lanes16Avx2 fma(Lanes16Avx2 a, Lanes16Avx2 b, Lanes16Avx2 c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
   }
-  static Lanes16Avx2 add(Lanes16Avx2 a, Lanes16Avx2 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+  static Lanes16Avx2 add(Lanes16Avx2 a, Lanes16Avx2 b) {
+    return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+  }
   float sum() const {
     const __m256 t8 = _mm256_add_ps(lo, hi);
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));

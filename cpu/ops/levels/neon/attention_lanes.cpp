@@ -11,7 +11,9 @@ namespace {
 struct Lanes16Neon {
   float32x4_t v[4];
   static Lanes16Neon zero() { return {{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}}; }
-  static Lanes16Neon load(const float* p) { return {{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}}; }
+  static Lanes16Neon load(const float* p) {
+    return {{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}};
+  }
   static Lanes16Neon load(const uint16_t* p) {
     Lanes16Neon r;
     for (int i = 0; i < 4; ++i) r.v[i] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * i)));
