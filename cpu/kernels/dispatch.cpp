@@ -1,5 +1,5 @@
 // Run-time choice of the kernel level: CPU feature detection, the EMBER_CPU_ISA
-// override, and the per-level kernel tables.
+// override, and the lookup of the per-level kernel tables (weight_kernels, op_kernels).
 #include <array>
 #include <cstdlib>
 #include <string_view>
@@ -135,7 +135,14 @@ std::string_view isa_name(Isa isa) {
 
 std::span<const Isa> available_isas() { return detected(); }
 
-Isa op_level(Isa isa) { return isa == Isa::avx2vnni ? Isa::avx2 : isa; }
+Isa op_level(Isa isa) {
+  switch (isa) {
+    case Isa::avx2vnni: return Isa::avx2;
+    case Isa::dotprod:
+    case Isa::i8mm: return Isa::neon;
+    default: return isa;
+  }
+}
 
 Isa best_isa() {
   if (const char* forced = std::getenv("EMBER_CPU_ISA")) {
@@ -201,6 +208,22 @@ const WeightKernels& weight_kernels(Isa isa, quant::DType type) {
     fail(ErrorCode::unsupported, "CPU kernels: no {} kernels for weight type {}", isa_name(isa),
          quant::type_name(type));
   return *found;
+}
+
+const OpKernels& op_kernels(Isa isa) {
+  if (!available(isa)) fail(ErrorCode::unsupported, "CPU kernels: this CPU cannot run the {} level", isa_name(isa));
+  switch (op_level(isa)) {
+    case Isa::scalar: return scalar::kOps;
+#if defined(EMBER_X86)
+    case Isa::avx2: return avx2::kOps;
+    case Isa::avx512: return avx512::kOps;
+#endif
+#if defined(EMBER_ARM64)
+    case Isa::neon: return neon::kOps;
+#endif
+    default: break;
+  }
+  fail(ErrorCode::unsupported, "CPU kernels: no op kernels for the {} level", isa_name(isa));
 }
 
 }  // namespace ember::cpu

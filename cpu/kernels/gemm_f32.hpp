@@ -1,5 +1,6 @@
-// Small dense f32 matrix products for the CPU ops that are GEMMs at heart
-// (attention over many query tokens). Row-major operands with leading strides.
+// Small dense f32 matrix products for the CPU ops that are GEMMs at heart (flash
+// attention), at the levels that have their own: row-major operands with leading
+// strides. The ops reach them through OpKernels::gemm_nt / gemm_nn (op_kernels.hpp).
 #pragma once
 
 #include "cpu/kernels/kernels.hpp"
@@ -9,12 +10,6 @@ namespace ember::cpu {
 // Products with at most this many rows take the AVX-512 small-m kernels (decode attention).
 constexpr int kSmallRows = 16;
 
-// C[m][n] = alpha * sum_k A[i][k] * B[j][k]   (A times B transposed)
-void gemm_nt(Isa isa, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
-             float alpha);
-// C[m][n] = sum_k A[i][k] * B[k][j]
-void gemm_nn(Isa isa, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc);
-
 namespace avx512 {
 // Few rows (m <= kSmallRows): gemm_nt needs k % 16 == 0, gemm_nn n % 16 == 0.
 void gemm_nt_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
@@ -23,7 +18,10 @@ void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b,
 }  // namespace avx512
 
 namespace avx2 {
+// Eigen's products (kernels/avx2/gemm_f32.cpp); the AVX-512 level's for more rows.
+// C[m][n] = alpha * sum_k A[i][k] * B[j][k]   (A times B transposed)
 void gemm_nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float alpha);
+// C[m][n] = sum_k A[i][k] * B[k][j]
 void gemm_nn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc);
 }  // namespace avx2
 

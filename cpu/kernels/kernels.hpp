@@ -3,7 +3,8 @@
 // The scalar level is lib/quant's reference arithmetic; the AVX2 and AVX-512 levels
 // (x86-64) and the NEON, dot-product and i8mm levels (ARM64) are compiled with their
 // own flags (cpu/CMakeLists.txt) and only called after the CPU reports the features. Every level computes what lib/quant specifies
-// and is tested against it (tests/quant).
+// and is tested against it (tests/quant). The ops' ISA-specific code uses the same
+// mechanism (per-level sources, constant tables, one lookup): op_kernels.hpp.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +20,8 @@ namespace ember::cpu {
 // the AVX2 kernels with AVX-VNNI integer dot products (same results).
 enum class Isa { scalar, avx2, avx2vnni, avx512, neon, dotprod, i8mm };
 std::string_view isa_name(Isa isa);
-// The level whose op code paths (attention, KV rows, elementwise) `isa` runs: levels
-// that only differ in weight kernels share them (avx2vnni runs avx2's).
+// The level whose op kernels (op_kernels.hpp) `isa` runs: levels that only differ in
+// weight kernels share them (avx2vnni runs avx2's; dotprod and i8mm run neon's).
 Isa op_level(Isa isa);
 
 // Levels this CPU can run, from scalar to the best.

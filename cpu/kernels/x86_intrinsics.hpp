@@ -1,5 +1,5 @@
-// <immintrin.h> for the CPU files that call intrinsics under target attributes or
-// per-file ISA flags (x86 only).
+// <immintrin.h> for the CPU files that call intrinsics, compiled with their level's
+// ISA flags (cpu/CMakeLists.txt; x86 only).
 #pragma once
 
 #if defined(EMBER_X86)

@@ -36,16 +36,10 @@
 #include <limits>
 #include <vector>
 
-#include "common/fp16.hpp"
-#include "cpu/kernels/gemm_f32.hpp"
-#include "cpu/kernels/x86_intrinsics.hpp"
-#if defined(EMBER_ARM64)
-#include <arm_neon.h>
-#endif
+#include "cpu/kernels/op_kernels.hpp"
 #include "cpu/ops/kv_rows.hpp"
 #include "cpu/ops/vec_math.hpp"
 #include "quant/kv_formats.hpp"
-
 
 namespace ember::cpu {
 namespace {
@@ -65,37 +59,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ---- how a cache type's rows become f32 tiles ----
 
-void f16_to_f32_scalar(const void* row, float* out, int n) {
-  const auto* h = static_cast<const uint16_t*>(row);
-  for (int i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
-}
 void f32_copy(const void* row, float* out, int n) { std::memcpy(out, row, size_t(n) * sizeof(float)); }
 void rotate_none(float*, int64_t) {}
-
-#if defined(EMBER_X86)
-__attribute__((target("avx2,f16c"))) void f16_to_f32_avx2(const void* row, float* out, int n) {
-  const auto* h = static_cast<const uint16_t*>(row);
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
-}
-__attribute__((target("avx512f,f16c"))) void f16_to_f32_avx512(const void* row, float* out, int n) {
-  const auto* h = static_cast<const uint16_t*>(row);
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
-  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
-}
-#elif defined(EMBER_ARM64)
-// NEON (FCVTL) is part of the ARMv8-A baseline: no target attribute.
-void f16_to_f32_neon(const void* row, float* out, int n) {
-  const auto* h = static_cast<const uint16_t*>(row);
-  int i = 0;
-  for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
-  for (; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
-}
-#endif
 
 struct TileFormat {
   void (*decode_stored)(const void* row, float* out, int n);  // one kv head's part of a row
@@ -105,15 +70,7 @@ struct TileFormat {
 
 TileFormat tile_format(Isa isa, backend::DType type) {
   if (type == backend::DType::f32) return {f32_copy, rotate_none, rotate_none};
-  if (type == backend::DType::f16) {
-#if defined(EMBER_X86)
-    if (isa == Isa::avx512) return {f16_to_f32_avx512, rotate_none, rotate_none};
-    if (op_level(isa) == Isa::avx2) return {f16_to_f32_avx2, rotate_none, rotate_none};
-#elif defined(EMBER_ARM64)
-    if (isa != Isa::scalar) return {f16_to_f32_neon, rotate_none, rotate_none};
-#endif
-    return {f16_to_f32_scalar, rotate_none, rotate_none};
-  }
+  if (type == backend::DType::f16) return {op_kernels(isa).f16_to_f32, rotate_none, rotate_none};
   const KvRowKernels kern = kv_row_kernels(isa, type);
   return {kern.decode_stored, kern.rotate, kern.unrotate};
 }
@@ -144,18 +101,6 @@ struct Item {
   int64_t partial;  // -1: writes the output itself
 };
 
-// s[j] = e^(s[j] - max), masked (-inf) entries 0; returns the sum.
-EMBER_VECTORIZE float exp_masked(float* s, int64_t n, float max_score) {
-  float total = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    const float e = exp_approx(s[j] - max_score);
-    s[j] = s[j] == kNegInf ? 0.0f : e;
-    total += s[j];
-  }
-  return total;
-}
-
-
 // The largest of s[0..n) (-inf for none); eight independent chains, as float max does
 // not vectorize without fast-math.
 float max_of(const float* s, int64_t n) {
@@ -166,12 +111,6 @@ float max_of(const float* s, int64_t n) {
   for (; j < n; ++j) m[0] = std::max(m[0], s[j]);
   for (int l = 1; l < 8; ++l) m[0] = std::max(m[0], m[l]);
   return m[0];
-}
-EMBER_VECTORIZE void add_into(float* acc, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
-}
-EMBER_VECTORIZE void scale_by(float* x, float factor, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
 // Per-thread scratch of one item; `rows` = query tokens x group of one kv head. Kept per
@@ -208,7 +147,8 @@ class Flash {
  public:
   Flash(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
         const backend::AttentionParams& p, const AttentionTables& tab, const Tensor& out)
-      : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), p_(p), tab_(tab), fmt_(tile_format(ctx.isa, k_cache.type)),
+      : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), p_(p), tab_(tab), ops_(op_kernels(ctx.isa)),
+        fmt_(tile_format(ctx.isa, k_cache.type)),
         group_(p.n_head / p.n_head_kv), hd_(p.head_dim), head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
         want_scores_(p.score_acc.rows > 0) {}
 
@@ -337,7 +277,7 @@ class Flash {
         const bool all_visible = tile_max_pos <= min_row_pos && (p_.window <= 0 || max_row_pos - tile_min < p_.window);
         bool values_decoded = false;
         for (int h = 0; h < n_kv; ++h) {
-          gemm_nt(ctx_.isa, int(rows), int(tc), hd, x.queries.data() + h * rows * hd, hd, x.keys.data() + h * hd,
+          ops_.gemm_nt(int(rows), int(tc), hd, x.queries.data() + h * rows * hd, hd, x.keys.data() + h * hd,
                   int(width), x.scores.data(), int(tc), p_.scale);
           float* acc_out = x.acc_out.data() + h * rows * hd;
           bool any_visible = false;
@@ -363,20 +303,20 @@ class Flash {
               if (running_max != kNegInf && new_max > running_max) {
                 const float alpha = exp_approx(running_max - new_max);
                 running_sum *= alpha;
-                if (!stats_only) scale_by(acc_out + r * hd, alpha, hd);
+                if (!stats_only) ops_.scale_by(acc_out + r * hd, alpha, hd);
               }
               running_max = new_max;
-              running_sum += exp_masked(s, tc, running_max);
+              running_sum += ops_.exp_masked(s, tc, running_max);
             } else {
               // Second pass: the row's max and sum are final, the probabilities exact.
-              exp_masked(s, tc, running_max);
-              scale_by(s, 1.0f / running_sum, tc);
+              ops_.exp_masked(s, tc, running_max);
+              ops_.scale_by(s, 1.0f / running_sum, tc);
             }
           }
           if (stats_only || !any_visible) continue;
           if (thread_scores != nullptr) {
             float* dst = thread_scores->data() + sc.score_offset + int64_t(h) * int64_t(sc.pos.size()) + c0;
-            for (int64_t r = 0; r < rows; ++r) add_into(dst, x.scores.data() + r * tc, tc);
+            for (int64_t r = 0; r < rows; ++r) ops_.add_into(dst, x.scores.data() + r * tc, tc);
           }
           if (!values_decoded) {
             for (int64_t j = 0; j < tc; ++j) {
@@ -385,9 +325,9 @@ class Flash {
             }
             values_decoded = true;
           }
-          gemm_nn(ctx_.isa, int(rows), hd, int(tc), x.scores.data(), int(tc), x.values.data() + h * hd, int(width),
+          ops_.gemm_nn(int(rows), hd, int(tc), x.scores.data(), int(tc), x.values.data() + h * hd, int(width),
                   x.product.data(), hd);
-          add_into(acc_out, x.product.data(), rows * hd);
+          ops_.add_into(acc_out, x.product.data(), rows * hd);
         }
       }
     }
@@ -450,7 +390,7 @@ class Flash {
             sum += w * part[n_head * (hd + 1) + head];
             for (int d = 0; d < hd; ++d) a[d] += w * part[head * hd + d];
           }
-          scale_by(a, sum > 0.0f ? 1.0f / sum : 0.0f, hd);
+          ops_.scale_by(a, sum > 0.0f ? 1.0f / sum : 0.0f, hd);
         }
         fmt_.unrotate(acc.data(), int64_t(n_head) * hd);
         std::copy(acc.begin(), acc.end(), out_row(b.tokens[0], 0));
@@ -483,6 +423,7 @@ class Flash {
   const Tensor& out_;
   const backend::AttentionParams& p_;
   const AttentionTables& tab_;
+  const OpKernels& ops_;  // the level's kernels (GEMMs, softmax and accumulation rows)
   const TileFormat fmt_;
   const int group_, hd_;
   const size_t head_bytes_;

@@ -2,11 +2,11 @@
 // weight multiply), so that a model's hidden state can agree with llama.cpp's bit
 // for bit: each square is rounded to float, the squares are summed in double from
 // the first column to the last, the mean is rounded to float, and the factor is
-// 1.0f / sqrtf(mean + eps) in float; out = (x * factor) * w.
+// 1.0f / sqrtf(mean + eps) in float; out = (x * factor) * w (OpKernels::scale_weighted).
 #include <cmath>
 
+#include "cpu/kernels/op_kernels.hpp"
 #include "cpu/ops/ops.hpp"
-#include "cpu/ops/vec_math.hpp"
 
 namespace ember::cpu {
 namespace {
@@ -19,18 +19,11 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
-EMBER_VECTORIZE void scale_weighted(const float* x, const float* w, float factor, float* out, int64_t n) {
-  if (w) {
-    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * factor) * w[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor;
-  }
-}
-
 }  // namespace
 
 void rms_norm(OpContext& ctx, const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
   const float* w = weight.empty() ? nullptr : weight.row_ptr<float>(0);
+  const auto scale_weighted = op_kernels(ctx.isa).scale_weighted;
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* px = x.row_ptr<float>(r);

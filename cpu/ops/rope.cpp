@@ -3,8 +3,8 @@
 #include <vector>
 #include <utility>
 
+#include "cpu/kernels/op_kernels.hpp"
 #include "cpu/ops/ops.hpp"
-#include "cpu/ops/vec_math.hpp"
 
 namespace ember::cpu {
 namespace {
@@ -49,30 +49,14 @@ const RopeTable& table_for(OpContext& ctx, const Tensor& positions, const backen
   return t;
 }
 
-EMBER_VECTORIZE void rotate_neox(const float* __restrict src, float* __restrict dst, const float* cs, int half) {
-  for (int i = 0; i < half; ++i) {
-    const float a = src[i], b = src[i + half];
-    const float c = cs[2 * i], s = cs[2 * i + 1];
-    // One FMA each, with the other product rounded first, as llama.cpp's compiled code.
-    dst[i] = std::fma(a, c, -(b * s));
-    dst[i + half] = std::fma(a, s, b * c);
-  }
-}
-
-EMBER_VECTORIZE void rotate_normal(const float* __restrict src, float* __restrict dst, const float* cs, int half) {
-  for (int i = 0; i < half; ++i) {
-    const float a = src[2 * i], b = src[2 * i + 1];
-    const float c = cs[2 * i], s = cs[2 * i + 1];
-    dst[2 * i] = std::fma(a, c, -(b * s));
-    dst[2 * i + 1] = std::fma(a, s, b * c);
-  }
-}
-
 }  // namespace
 
 void rope(OpContext& ctx, const Tensor& x, const Tensor& positions, const backend::RopeParams& p,
           const Tensor& out) {
   const RopeTable& table = table_for(ctx, positions, p);
+  // One FMA per output with the other product rounded first, as llama.cpp's compiled code.
+  const OpKernels& kernels = op_kernels(ctx.isa);
+  const auto rotate = p.mode == backend::RopeMode::neox ? kernels.rotate_neox : kernels.rotate_normal;
   const int half = p.n_rot / 2;
   auto rows = [&](int64_t begin, int64_t end) {
     // Each head is copied first so the rotation reads and writes distinct memory
@@ -84,11 +68,7 @@ void rope(OpContext& ctx, const Tensor& x, const Tensor& positions, const backen
         const float* src = x.row_ptr<float>(t) + int64_t(h) * p.head_dim;
         float* dst = out.row_ptr<float>(t) + int64_t(h) * p.head_dim;
         std::copy(src, src + p.n_rot, head.begin());
-        if (p.mode == backend::RopeMode::neox) {
-          rotate_neox(head.data(), dst, cs, half);
-        } else {
-          rotate_normal(head.data(), dst, cs, half);
-        }
+        rotate(head.data(), dst, cs, half);
         if (dst != src)
           for (int d = p.n_rot; d < p.head_dim; ++d) dst[d] = src[d];
       }

@@ -1,5 +1,9 @@
-// Branch-free float math that GCC vectorizes inside the target_clones functions
-// of cpu/ops (EMBER_VECTORIZE). Accuracy is stated per function.
+// Branch-free float math that GCC vectorizes inside the loops of cpu/ops/levels/loops.cpp,
+// which is compiled once per ISA level. Accuracy is stated per function.
+//
+// Internal linkage: this header is compiled with several levels' flags (and GCC contracts
+// a * b + c into an FMA where the level has one), so each translation unit must keep
+// its own copies rather than share one the linker picked.
 #pragma once
 
 #include <algorithm>
@@ -10,14 +14,8 @@
 
 #include "common/fp16.hpp"
 
-#if defined(EMBER_X86) && defined(__GNUC__) && !defined(__clang__)
-// One clone per ISA level, chosen by the dynamic loader from the running CPU.
-#define EMBER_VECTORIZE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define EMBER_VECTORIZE
-#endif
-
 namespace ember::cpu {
+namespace {
 
 // e^x for x in float range, relative error below 3e-7 (degree-6 polynomial after
 // reducing x = k ln2 + r, |r| <= ln2/2). Inputs below -87 flush to ~0, above 88 saturate.
@@ -59,7 +57,7 @@ inline float gelu_tanh_approx(float x) {
 // two, e^b by a degree-5 polynomial in FMA form, then scaled by 2^n. Maximum error
 // ~1.5 ulp. Bit for bit the values llama.cpp's AVX2 and AVX-512 softmax and SiLU
 // use, so ember's results can agree with llama.cpp's exactly; needs hardware FMA to
-// be fast (std::fma is a library call in the "default" clone). Below about -104 it
+// be fast (std::fma is a library call in code compiled without FMA). Below about -104 it
 // returns 0, above 88.7 inf.
 inline float exp_fma(float x) {
   constexpr float kShift = 0x1.8p23f;  // adding it rounds to an integer
@@ -82,4 +80,5 @@ inline float exp_fma(float x) {
 // x * sigmoid(x) as llama.cpp's vector SiLU computes it: x / (1 + e^-x) with exp_fma.
 inline float silu_fma(float x) { return x / (1.0f + exp_fma(0.0f - x)); }
 
+}  // namespace
 }  // namespace ember::cpu

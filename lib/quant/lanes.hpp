@@ -23,16 +23,6 @@
 #include <cmath>
 #include <cstdint>
 
-// The reference functions in this order are clones: the x86-64-v3 one (chosen at
-// load time on CPUs with AVX2 and FMA) turns std::fma into one instruction and
-// vectorizes the integer sums, the default one calls the library fma. Both compute
-// the same bits, fma being exact.
-#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__) && !defined(__clang__)
-#define EMBER_LANES_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EMBER_LANES_CLONES
-#endif
-
 namespace ember::quant {
 
 struct Lanes8 {

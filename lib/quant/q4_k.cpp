@@ -64,7 +64,7 @@ SubBlockSums sub_block_sums(const BlockQ4_K& blk, const BlockQ8_K& act) {
 
 // llama.cpp's order (quant/lanes.hpp): acc and min are updated once per `group`
 // sub-blocks (8: per super-block, llama.cpp's gemv; 2: per 64 values, its gemm).
-EMBER_LANES_CLONES float dot_q4_k_in_groups(const void* w, const void* a_q8_k, int64_t n, int group) {
+float dot_q4_k_in_groups(const void* w, const void* a_q8_k, int64_t n, int group) {
   const auto* wb = static_cast<const BlockQ4_K*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
   float acc = 0.0f, acc_min = 0.0f;

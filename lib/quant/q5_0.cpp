@@ -41,7 +41,7 @@ void quantize_q5_0(const float* src, void* dst, int64_t n) {
 }
 
 // Per block: (d_w * d_a) * sum((q_w - 16) * q_a), in llama.cpp's order (quant/lanes.hpp).
-EMBER_LANES_CLONES float dot_q5_0(const void* w, const void* a_q8_0, int64_t n) {
+float dot_q5_0(const void* w, const void* a_q8_0, int64_t n) {
   const auto* wb = static_cast<const BlockQ5_0*>(w);
   const auto* ab = static_cast<const BlockQ8_0*>(a_q8_0);
   Lanes8 acc;

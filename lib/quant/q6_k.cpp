@@ -65,7 +65,7 @@ void quantize_q6_k(const float* src, void* dst, int64_t n) {
 
 // Per super-block: (d_a * fp16(d)) * sum_j sc[j] * sum((q - 32) * q_a), in llama.cpp's
 // order (quant/lanes.hpp): lane m takes the values v with (v mod 32) / 4 == m.
-EMBER_LANES_CLONES float dot_q6_k(const void* w, const void* a_q8_k, int64_t n) {
+float dot_q6_k(const void* w, const void* a_q8_k, int64_t n) {
   const auto* wb = static_cast<const BlockQ6_K*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a_q8_k);
   Lanes8 acc;

@@ -1,0 +1,167 @@
+// The ops' per-level kernel tables (cpu/kernels/op_kernels.hpp): every level the CPU
+// offers has one, EMBER_CPU_ISA selects each level, and the entries that are specified
+// element by element give the scalar level's bits at every level.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "common/expect_error.hpp"
+#include "common/fp16.hpp"
+#include "cpu/kernels/op_kernels.hpp"
+#include "quant/dtype.hpp"
+#include "quant/helpers.hpp"
+
+namespace cpu = ember::cpu;
+namespace quant = ember::quant;
+using cpu::Isa;
+
+namespace {
+
+// EMBER_CPU_ISA as the test found it, restored when this goes out of scope.
+class SavedIsaVariable {
+ public:
+  SavedIsaVariable() {
+    const char* value = std::getenv("EMBER_CPU_ISA");
+    saved_ = value != nullptr;
+    if (saved_) value_ = value;
+  }
+  ~SavedIsaVariable() {
+    if (saved_) {
+      setenv("EMBER_CPU_ISA", value_.c_str(), 1);
+    } else {
+      unsetenv("EMBER_CPU_ISA");
+    }
+  }
+
+ private:
+  bool saved_ = false;
+  std::string value_;
+};
+
+uint32_t bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+// Counts the elements whose bits differ.
+int64_t bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += bits(a[i]) != bits(b[i]);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("op kernels: one table per level, selected by EMBER_CPU_ISA", "[kernels]") {
+  const SavedIsaVariable saved;
+  for (const Isa isa : cpu::available_isas()) {
+    INFO(cpu::isa_name(isa));
+    setenv("EMBER_CPU_ISA", std::string(cpu::isa_name(isa)).c_str(), 1);
+    REQUIRE(cpu::best_isa() == isa);
+    const cpu::OpKernels& k = cpu::op_kernels(cpu::best_isa());
+    CHECK(k.level == cpu::op_level(isa));
+    CHECK(cpu::op_level(k.level) == k.level);
+    CHECK(&cpu::op_kernels(k.level) == &k);  // levels that share op code share the table
+    const void* entries[] = {
+        reinterpret_cast<const void*>(k.add_row),      reinterpret_cast<const void*>(k.mul_row),
+        reinterpret_cast<const void*>(k.scale_row),    reinterpret_cast<const void*>(k.silu_glu_row),
+        reinterpret_cast<const void*>(k.gelu_glu_row), reinterpret_cast<const void*>(k.scale_weighted),
+        reinterpret_cast<const void*>(k.rotate_neox),  reinterpret_cast<const void*>(k.rotate_normal),
+        reinterpret_cast<const void*>(k.to_f16),       reinterpret_cast<const void*>(k.f16_to_f32),
+        reinterpret_cast<const void*>(k.dot_f16),      reinterpret_cast<const void*>(k.axpy_f16),
+        reinterpret_cast<const void*>(k.dot_f32),      reinterpret_cast<const void*>(k.axpy_f32),
+        reinterpret_cast<const void*>(k.dot64_f16),    reinterpret_cast<const void*>(k.dot64_f32),
+        reinterpret_cast<const void*>(k.dot16_f16),    reinterpret_cast<const void*>(k.dot16_f32),
+        reinterpret_cast<const void*>(k.gemm16),       reinterpret_cast<const void*>(k.reduce_lanes),
+        reinterpret_cast<const void*>(k.exp_row),      reinterpret_cast<const void*>(k.exp_masked),
+        reinterpret_cast<const void*>(k.add_into),     reinterpret_cast<const void*>(k.scale_by),
+        reinterpret_cast<const void*>(k.gemm_nt),      reinterpret_cast<const void*>(k.gemm_nn),
+        reinterpret_cast<const void*>(k.kv_rows)};
+    for (const void* entry : entries) CHECK(entry != nullptr);
+    for (const quant::DType type : {quant::DType::kv_q8_g32, quant::DType::kv_q8_g64, quant::DType::kv_q4_g32,
+                                    quant::DType::kv_q4_g64})
+      CHECK(k.kv_rows(type) != nullptr);
+    CHECK(k.kv_rows(quant::DType::f16) == nullptr);
+  }
+  // Distinct op levels have distinct tables (the vector levels run their own code).
+  const auto isas = cpu::available_isas();
+  if (cpu::op_level(isas.back()) != Isa::scalar)
+    CHECK(&cpu::op_kernels(isas.back()) != &cpu::op_kernels(Isa::scalar));
+  // A level of the other architecture is not available here.
+#if defined(__x86_64__)
+  const Isa foreign = Isa::neon;
+#else
+  const Isa foreign = Isa::avx2;
+#endif
+  ember::test::expect_error([&] { (void)cpu::op_kernels(foreign); }, ember::ErrorCode::unsupported,
+                            "cannot run the");
+}
+
+TEST_CASE("op kernels: elementwise entries give the scalar level's bits at every level", "[kernels]") {
+  constexpr int64_t n = 1000;  // not a multiple of any vector width: tails are covered
+  constexpr int half = 40;     // rotations: 2 * half values
+  const std::vector<float> a = ember::test::random_values(n, 1), b = ember::test::random_values(n, 2);
+  std::vector<float> gate = ember::test::random_values(n, 3);
+  for (int64_t i = 0; i < n; i += 50) gate[size_t(i)] *= 40.0f;  // beyond GELU's +-10 cut-offs
+  std::vector<uint16_t> f16(n);
+  std::mt19937 rng(4);
+  for (auto& h : f16)
+    do h = uint16_t(rng()); while (((h >> 10) & 31) == 31);  // finite values only (F16C quiets NaNs)
+  std::vector<float> cs(size_t(2 * half));
+  for (int i = 0; i < half; ++i) {
+    cs[size_t(2 * i)] = std::cos(0.1f * float(i));
+    cs[size_t(2 * i + 1)] = std::sin(0.1f * float(i));
+  }
+  std::vector<float> scores = ember::test::random_values(n, 5);
+  for (auto& s : scores) s *= 20.0f;
+
+  // Every entry's output at one level, concatenated.
+  auto outputs = [&](const cpu::OpKernels& k) {
+    std::vector<float> all, out(n);
+    auto keep = [&] { all.insert(all.end(), out.begin(), out.end()); };
+    k.add_row(a.data(), b.data(), out.data(), n), keep();
+    k.mul_row(a.data(), b.data(), out.data(), n), keep();
+    k.scale_row(a.data(), 0.37f, out.data(), n), keep();
+    k.silu_glu_row(gate.data(), b.data(), out.data(), n), keep();
+    k.gelu_glu_row(gate.data(), b.data(), out.data(), n), keep();
+    k.scale_weighted(a.data(), b.data(), 1.7f, out.data(), n), keep();
+    k.scale_weighted(a.data(), nullptr, 1.7f, out.data(), n), keep();
+    std::fill(out.begin(), out.end(), 0.0f);
+    k.rotate_neox(a.data(), out.data(), cs.data(), half), keep();
+    k.rotate_normal(a.data(), out.data(), cs.data(), half), keep();
+    std::vector<uint16_t> h(n);
+    k.to_f16(a.data(), h.data(), n);
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = float(h[size_t(i)]);
+    keep();
+    k.f16_to_f32(f16.data(), out.data(), int(n)), keep();
+    out = b;
+    k.axpy_f16(out.data(), 0.3f, f16.data(), int(n)), keep();
+    out = b;
+    k.axpy_f32(out.data(), 0.3f, a.data(), int(n)), keep();
+    out = scores;
+    k.exp_row(out.data(), n, 20.0f), keep();
+    std::vector<float> part(64 * 15);  // 64 lanes x 15 values
+    for (size_t i = 0; i < part.size(); ++i) part[i] = a[i % size_t(n)];
+    k.reduce_lanes(part.data(), 64, 15, out.data()), keep();
+    const int m = 992;  // lanes16: a multiple of 16; lanes64: a tail after 15 x 64
+    out.assign(size_t(n), 0.0f);
+    out[0] = k.dot16_f16(a.data(), f16.data(), m);
+    out[1] = k.dot16_f32(a.data(), b.data(), m);
+    out[2] = k.dot64_f16(a.data(), f16.data(), m);
+    out[3] = k.dot64_f32(a.data(), b.data(), n);
+    k.gemm16(3, 5, 32, a.data(), 32, b.data(), 32, out.data() + 4, 5);
+    keep();
+    return all;
+  };
+  const std::vector<float> expected = outputs(cpu::op_kernels(Isa::scalar));
+  for (const Isa isa : cpu::available_isas()) {
+    INFO(cpu::isa_name(isa));
+    CHECK(bit_mismatches(outputs(cpu::op_kernels(isa)), expected) == 0);
+  }
+}
