@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli.hpp"
 
@@ -58,8 +59,11 @@ int cmd_info(const std::vector<std::string>& argv) {
                      double(model->kv_pool_bytes()) / mib,
                      double(model->kv_pool_bytes()) / double(std::max<size_t>(f16_bytes, 1)));
   out += fmt::format("threads:          {} (ModelOptions::threads 0 = physical cores)\n", model->threads());
-  if (const std::string level = model->cpu_kernel_level(); !level.empty())
-    out += fmt::format("cpu kernels:      {} (the best this CPU runs; EMBER_CPU_ISA picks a lower level)\n", level);
+  if (const std::string level = model->cpu_kernel_level(); !level.empty()) {
+    const char* forced = std::getenv("EMBER_CPU_ISA");
+    out += fmt::format("cpu kernels:      {} ({})\n", level,
+                       forced && *forced ? "EMBER_CPU_ISA" : "the best this CPU runs; EMBER_CPU_ISA picks a lower level");
+  }
   std::fputs(out.c_str(), stdout);
   return 0;
 }
