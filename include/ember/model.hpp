@@ -23,7 +23,7 @@ struct SessionOptions;
 
 // Where a model's weights live and its ops run.
 enum class Device {
-  cpu,   // the CPU backend (AVX2 / AVX-512 kernels chosen at run time)
+  cpu,   // the CPU backend (kernel level chosen at run time: Model::cpu_kernel_level())
   cuda,  // an NVIDIA GPU, when ember was built with CUDA and a device is present
 };
 
