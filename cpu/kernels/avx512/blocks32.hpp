@@ -132,11 +132,6 @@ inline __m256i add_high_bits(__m256i codes, uint32_t bits) {
   return _mm256_mask_add_epi8(codes, __mmask32(bits), codes, _mm256_set1_epi8(0x10));
 }
 
-inline uint32_t load_u32(const std::byte* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 }  // namespace
 }  // namespace ember::cpu::avx512

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "common/fp16.hpp"
+#include "cpu/kernels/bytes.hpp"
 #include "cpu/kernels/kernels.hpp"
 #include "quant/blocks.hpp"
 
@@ -28,16 +29,6 @@ void quantize_q8_k(const float* x, void* dst, int64_t n);
 
 namespace {
 
-inline uint16_t load_u16(const std::byte* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-inline float load_f32(const std::byte* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // Keeps a product from being fused into a following add (the dequantizers promise
 // the reference's two roundings).

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/kernels/bytes.hpp"
 #include "cpu/kernels/kernels.hpp"
 #include "quant/blocks.hpp"
 
@@ -27,21 +28,6 @@ void quantize_q8_k(const float* x, void* dst, int64_t n);
 
 namespace {
 
-inline uint16_t load_u16(const std::byte* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-inline uint32_t load_u32(const std::byte* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline float load_f32(const std::byte* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 // fp16 -> f32 with FCVTL (base ARMv8-A; exact, as ember::fp16_to_fp32).
 inline float half(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
 inline float half_at(const std::byte* p) { return half(load_u16(p)); }
