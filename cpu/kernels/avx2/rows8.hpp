@@ -14,6 +14,7 @@
 #pragma once
 
 #include "cpu/kernels/avx2/simd.hpp"
+#include "cpu/kernels/transpose8x8.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
@@ -22,24 +23,6 @@ constexpr int kRows8 = 8;
 // Tokens per pass over a block of 8 rows (accumulators live on the stack).
 constexpr int kRows8Tokens = 32;
 
-// out[k] lane c = dword k of in[c].
-inline void transpose_8x8(const __m256i in[8], __m256i out[8]) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {
-    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {
-    out[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
-    out[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
-  }
-}
 
 // Loads the 32 bytes at p + r * stride for r = 0..7 and transposes them (see above).
 inline void load_transposed8(const std::byte* p, size_t stride, __m256i out[8]) {
