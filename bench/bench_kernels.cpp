@@ -22,6 +22,7 @@
 #include <benchmark/benchmark.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -155,7 +156,8 @@ void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int
 
 // N query tokens at positions [ctx - N, ctx) of one sequence, over ctx cached cells.
 // Like a model's layers, each iteration reads the next of several K/V cache copies,
-// together over kStreamBytes, so that the cache comes from memory.
+// together over kStreamBytes, so that the cache comes from memory. EMBER_BENCH_HOT=1
+// keeps one copy (from the caches when it fits): the kernels' compute speed alone.
 void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, int64_t n_tok) {
   const int threads = int(state.range(0));
   constexpr int kHeads = 32, kHeadsKV = 4, kHeadDim = 64, kPage = 16;
@@ -163,7 +165,9 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
   const int64_t n_slots = (n_ctx + kPage - 1) / kPage * kPage;
   const size_t row_bytes = ember::quant::row_bytes(cache_type, kv_width);
   const size_t cache_bytes = row_bytes * size_t(n_slots);
-  const size_t copies = std::max<size_t>(1, (kStreamBytes + 2 * cache_bytes - 1) / (2 * cache_bytes));
+  const size_t copies = std::getenv("EMBER_BENCH_HOT") != nullptr
+                            ? 1
+                            : std::max<size_t>(1, (kStreamBytes + 2 * cache_bytes - 1) / (2 * cache_bytes));
 
   // K and V caches of normal values (scaled so that softmax is not one-hot).
   std::vector<std::unique_ptr<HostBuffer>> caches;

@@ -86,6 +86,9 @@ struct OpKernels {
   // ---- flash attention (attention_flash.cpp) ----
   // s[j] = exp_approx(s[j] - max_score), -inf entries 0; returns the sum (in index order).
   float (*exp_masked)(float* s, int64_t n, float max_score);
+  // The same, the sum taken in 16 lanes (entries j = l mod 16) added pairwise at the end:
+  // an order the compiler vectorizes (decode's lone-token path).
+  float (*exp_masked16)(float* s, int64_t n, float max_score);
   void (*add_into)(float* acc, const float* x, int64_t n);  // acc += x
   void (*scale_by)(float* x, float factor, int64_t n);      // x *= factor
   // Row-major f32 products with leading strides; the summation order is the level's own.
@@ -96,6 +99,16 @@ struct OpKernels {
   void (*gemm_nn)(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc);
   // Quantized KV-cache rows: the kernels of one of the kv_q* formats, nullptr for other types.
   const KvRowKernels* (*kv_rows)(quant::DType type);
+
+  // ---- decode attention over F16 cache rows (attention_flash.cpp, a lone query token) ----
+  // nullptr at a level without them (the decoded-tile path runs); head_dim a multiple of
+  // 16 and at most 512; rows[j] points at one kv head's head_dim F16 values. The
+  // summation order is the level's own.
+  // s[g * lds + j] = scale * q[g] . k_j for the group's query heads q: [group][hd].
+  void (*scores_f16)(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
+                     int lds);
+  // acc[g][d] += sum_j p[g * ldp + j] * v_j[d], acc: [group][hd].
+  void (*pv_f16)(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc);
 };
 
 // The op kernels of level `isa` (levels that differ only in weight kernels share a

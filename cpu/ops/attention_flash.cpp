@@ -57,6 +57,16 @@ constexpr int64_t kChunk = 512;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// A lone query token reads its cells in blocks of kLoneBlock key rows (one kv head's part
+// decoded into L1 at a time, scored by every query head of the group while there) and
+// of lone_value_rows(head_dim) value rows (about 16 KiB of f32).
+constexpr int64_t kLoneBlock = 16;
+// Cells ahead whose rows a lone token's passes ask for while it works on the current
+// block (software prefetch: the rows of a tile lie on a few pages, their order is not
+// predictable from the addresses).
+constexpr int64_t kLoneAhead = 16;
+constexpr int64_t lone_value_rows(int hd) { return std::max<int64_t>(kLoneBlock, 4096 / std::max(hd, 1)); }
+
 // ---- how a cache type's rows become f32 tiles ----
 
 void f32_copy(const void* row, float* out, int n) { std::memcpy(out, row, size_t(n) * sizeof(float)); }
@@ -124,6 +134,11 @@ struct Scratch {
   std::vector<float> acc_out;           // [n_head_kv][rows][head_dim], unnormalised (online) or final
   std::vector<float> row_max, row_sum;  // [n_head_kv][rows]
   std::vector<int32_t> row_pos;         // [rows]
+  // A lone query token (run_lone): one kv head's part of kLoneBlock key rows and of up to
+  // lone_value_rows() value rows, decoded into L1; the scores of every query head over
+  // the item's cells [n_head][kChunk]; and the visibility of those cells.
+  std::vector<float> head_keys, head_values, lone_scores;
+  std::vector<uint8_t> lone_visible;
 
   static Scratch& of_this_thread(int64_t max_rows, int n_kv, int hd) {
     thread_local Scratch scratch;
@@ -139,6 +154,10 @@ struct Scratch {
     grow(scratch.row_max, n_kv * max_rows);
     grow(scratch.row_sum, n_kv * max_rows);
     grow(scratch.row_pos, max_rows);
+    grow(scratch.head_keys, kLoneBlock * hd);
+    grow(scratch.head_values, lone_value_rows(hd) * hd);
+    grow(scratch.lone_scores, n_kv * max_rows * kChunk);
+    grow(scratch.lone_visible, kChunk);
     return scratch;
   }
 };
@@ -150,7 +169,9 @@ class Flash {
       : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), p_(p), tab_(tab), ops_(op_kernels(ctx.isa)),
         fmt_(tile_format(ctx.isa, k_cache.type)),
         group_(p.n_head / p.n_head_kv), hd_(p.head_dim), head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
-        want_scores_(p.score_acc.rows > 0) {}
+        want_scores_(p.score_acc.rows > 0), k_base_(k_cache.row_ptr(0)), v_base_(v_cache.row_ptr(0)),
+        direct_f16_(k_cache.type == backend::DType::f16 && ops_.scores_f16 != nullptr && ops_.pv_f16 != nullptr &&
+                    p.head_dim % 16 == 0 && p.head_dim <= 512) {}
 
   void run(const std::vector<std::vector<int64_t>>& by_seq) {
     plan(by_seq);
@@ -242,6 +263,7 @@ class Flash {
 
   void run_item(const Item& item, Scratch& x, std::vector<float>* thread_scores) {
     const Block& b = blocks_[size_t(item.block)];
+    if (b.tokens.size() == 1 && !want_scores_) return run_lone(item, b, x);
     const SeqCells& sc = cells_[size_t(b.seq)];
     const int hd = hd_, group = group_, n_kv = p_.n_head_kv;
     const int64_t width = int64_t(n_kv) * hd;  // values per cache row
@@ -331,6 +353,112 @@ class Flash {
         }
       }
     }
+    finish(item, b, x, rows);
+  }
+
+  // A lone query token without score_acc (decode): its cells [item.lo, item.hi), at most
+  // kChunk of them, in two passes. Keys: kLoneBlock rows at a time, each kv head's part
+  // decoded into L1 and scored there by the group's query heads (gemm_nt, m = group);
+  // then every head's softmax over the item's cells at once (no online rescaling); then
+  // values: lone_value_rows rows at a time, decoded per kv head and accumulated (gemm_nn).
+  // Each cache row is read once per pass, whole, in cell order.
+  void run_lone(const Item& item, const Block& b, Scratch& x) {
+    const SeqCells& sc = cells_[size_t(b.seq)];
+    const int hd = hd_, group = group_, n_kv = p_.n_head_kv, n_head = p_.n_head;
+    const int64_t t = b.tokens[0], lo = item.lo, n = item.hi - item.lo;
+    const int32_t pos = tab_.token_pos[t];
+    float* queries = x.queries.data();  // [n_head][hd], in the stored domain
+    const float* src = q_.row_ptr<float>(t);
+    std::copy(src, src + int64_t(n_head) * hd, queries);
+    fmt_.rotate(queries, int64_t(n_head) * hd);
+
+    bool all_visible = true;
+    for (int64_t j = 0; j < n; ++j) {
+      const bool v = visible(pos, sc.pos[size_t(lo + j)], p_.window);
+      x.lone_visible[size_t(j)] = v;
+      all_visible = all_visible && v;
+    }
+
+    float* scores = x.lone_scores.data();  // [n_head][kChunk]
+    if (direct_f16_) {
+      // F16 rows read in place by the level's fused kernels.
+      for (int64_t j0 = 0; j0 < n; j0 += kLoneBlock) {
+        const int64_t jn = std::min(kLoneBlock, n - j0);
+        for (int64_t j = j0 + kLoneAhead; j < std::min(n, j0 + kLoneAhead + jn); ++j) prefetch_row(k_, sc.slot[size_t(lo + j)]);
+        for (int h = 0; h < n_kv; ++h) {
+          const uint16_t* rows[kLoneBlock];
+          for (int64_t j = 0; j < jn; ++j) rows[j] = head_f16(k_, sc.slot[size_t(lo + j0 + j)], h);
+          ops_.scores_f16(queries + int64_t(h) * group * hd, group, hd, rows, int(jn), p_.scale,
+                          scores + int64_t(h) * group * kChunk + j0, int(kChunk));
+        }
+      }
+    } else {
+      for (int64_t j0 = 0; j0 < n; j0 += kLoneBlock) {
+        const int64_t jn = std::min(kLoneBlock, n - j0);
+        for (int64_t j = j0 + kLoneBlock; j < std::min(n, j0 + 2 * kLoneBlock); ++j) prefetch_row(k_, sc.slot[size_t(lo + j)]);
+        for (int h = 0; h < n_kv; ++h) {
+          for (int64_t j = 0; j < jn; ++j)
+            fmt_.decode_stored(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_,
+                               x.head_keys.data() + j * hd, hd);
+          ops_.gemm_nt(group, int(jn), hd, queries + int64_t(h) * group * hd, hd, x.head_keys.data(), hd,
+                       scores + int64_t(h) * group * kChunk + j0, int(kChunk), p_.scale);
+        }
+      }
+    }
+
+    for (int r = 0; r < n_head; ++r) {
+      float* s = scores + int64_t(r) * kChunk;
+      if (p_.softcap > 0.0f)
+        for (int64_t j = 0; j < n; ++j) s[j] = p_.softcap * std::tanh(s[j] / p_.softcap);
+      if (!all_visible)
+        for (int64_t j = 0; j < n; ++j)
+          if (!x.lone_visible[size_t(j)]) s[j] = kNegInf;
+      const float m = max_of(s, n);
+      x.row_max[size_t(r)] = m;
+      if (m == kNegInf) {
+        std::fill(s, s + n, 0.0f);
+        x.row_sum[size_t(r)] = 0.0f;
+      } else {
+        x.row_sum[size_t(r)] = ops_.exp_masked16(s, n, m);
+      }
+    }
+
+    float* acc = x.acc_out.data();  // [n_head][hd]
+    std::fill(acc, acc + int64_t(n_head) * hd, 0.0f);
+    if (direct_f16_) {
+      constexpr int64_t kBlock = 32;
+      for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+        const int64_t jn = std::min(kBlock, n - j0);
+        for (int64_t j = j0 + kLoneAhead; j < std::min(n, j0 + kLoneAhead + jn); ++j) prefetch_row(v_, sc.slot[size_t(lo + j)]);
+        for (int h = 0; h < n_kv; ++h) {
+          const uint16_t* rows[kBlock];
+          for (int64_t j = 0; j < jn; ++j) rows[j] = head_f16(v_, sc.slot[size_t(lo + j0 + j)], h);
+          ops_.pv_f16(scores + int64_t(h) * group * kChunk + j0, int(kChunk), group, hd, rows, int(jn),
+                      acc + int64_t(h) * group * hd);
+        }
+      }
+    } else {
+      const int64_t block = lone_value_rows(hd);
+      for (int64_t j0 = 0; j0 < n; j0 += block) {
+        const int64_t jn = std::min(block, n - j0);
+        for (int64_t j = j0 + block; j < std::min(n, j0 + 2 * block); ++j) prefetch_row(v_, sc.slot[size_t(lo + j)]);
+        for (int h = 0; h < n_kv; ++h) {
+          for (int64_t j = 0; j < jn; ++j)
+            fmt_.decode_stored(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_,
+                               x.head_values.data() + j * hd, hd);
+          ops_.gemm_nn(group, hd, int(jn), scores + int64_t(h) * group * kChunk + j0, int(kChunk),
+                       x.head_values.data(), hd, x.product.data(), hd);
+          ops_.add_into(acc + int64_t(h) * group * hd, x.product.data(), int64_t(group) * hd);
+        }
+      }
+    }
+    finish(item, b, x, group);
+  }
+
+  // Writes an item's result: a lone token's unnormalised output, max and sum for merge()
+  // when its cells were split, else the normalised output rows.
+  void finish(const Item& item, const Block& b, Scratch& x, int64_t rows) {
+    const int hd = hd_, group = group_, n_kv = p_.n_head_kv;
     if (item.partial >= 0) {  // a lone token (rows == group): keep output, max and sum for merge()
       float* dst = partials_.data() + item.partial * partial_floats();
       const int n_head = p_.n_head;
@@ -353,14 +481,23 @@ class Flash {
   // Asks for a cache row of the next tile while this one is decoded: the rows of a tile
   // lie on a few pages, but where the next page lies is not predictable.
   void prefetch_row(const Tensor& cache, int64_t slot) const {
-    const std::byte* row = cache.row_ptr(slot);
+    const std::byte* row = row_of(cache, slot);
     for (size_t off = 0; off < head_bytes_ * size_t(p_.n_head_kv); off += 64) __builtin_prefetch(row + off);
   }
 
   // All kv heads of cache row `slot` as f32 (stored domain).
   void decode_row(const Tensor& cache, int64_t slot, float* out) const {
-    const std::byte* row = cache.row_ptr(slot);
+    const std::byte* row = row_of(cache, slot);
     for (int h = 0; h < p_.n_head_kv; ++h) fmt_.decode_stored(row + size_t(h) * head_bytes_, out + h * hd_, hd_);
+  }
+
+  // Cache row `slot` of K or V (the buffer's address looked up once, not per row).
+  const std::byte* row_of(const Tensor& cache, int64_t slot) const {
+    return &cache == &k_ ? k_base_ + size_t(slot) * k_.row_stride : v_base_ + size_t(slot) * v_.row_stride;
+  }
+  // Kv head h's part of F16 cache row `slot`.
+  const uint16_t* head_f16(const Tensor& cache, int64_t slot, int h) const {
+    return reinterpret_cast<const uint16_t*>(row_of(cache, slot) + size_t(h) * head_bytes_);
   }
 
   float* out_row(int64_t token, int head) const { return out_.row_ptr<float>(token) + int64_t(head) * hd_; }
@@ -428,6 +565,9 @@ class Flash {
   const int group_, hd_;
   const size_t head_bytes_;
   const bool want_scores_;
+  const std::byte* const k_base_;  // row 0 of the K and V caches
+  const std::byte* const v_base_;
+  const bool direct_f16_;  // a lone token's F16 rows go to OpKernels::scores_f16 / pv_f16
   std::vector<SeqCells> cells_;
   std::vector<Block> blocks_;
   std::vector<Item> items_;

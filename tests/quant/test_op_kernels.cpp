@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,6 +81,7 @@ TEST_CASE("op kernels: one table per level, selected by EMBER_CPU_ISA", "[kernel
         reinterpret_cast<const void*>(k.dot16_f16),    reinterpret_cast<const void*>(k.dot16_f32),
         reinterpret_cast<const void*>(k.gemm16),       reinterpret_cast<const void*>(k.reduce_lanes),
         reinterpret_cast<const void*>(k.exp_row),      reinterpret_cast<const void*>(k.exp_masked),
+        reinterpret_cast<const void*>(k.exp_masked16),
         reinterpret_cast<const void*>(k.add_into),     reinterpret_cast<const void*>(k.scale_by),
         reinterpret_cast<const void*>(k.gemm_nt),      reinterpret_cast<const void*>(k.gemm_nn),
         reinterpret_cast<const void*>(k.kv_rows)};
@@ -164,4 +166,83 @@ TEST_CASE("op kernels: elementwise entries give the scalar level's bits at every
     INFO(cpu::isa_name(isa));
     CHECK(bit_mismatches(outputs(cpu::op_kernels(isa)), expected) == 0);
   }
+}
+
+// The fused decode-attention entries (attention_flash.cpp's lone-token path), where a level
+// has them, against sums in double over the same F16 rows: every group size the
+// register blocking splits (1..8 heads), head sizes of one and several 64-column slices
+// and a 16-column tail, and key counts around the 16-key and 32-row blocks.
+TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sums", "[kernels]") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& k = cpu::op_kernels(isa);
+    if (k.scores_f16 == nullptr) continue;
+    REQUIRE(k.pv_f16 != nullptr);
+    for (const int group : {1, 2, 3, 4, 5, 8})
+      for (const int hd : {16, 64, 80, 256})
+        for (const int n : {1, 15, 16, 17, 33, 70}) {
+          INFO(cpu::isa_name(isa) << " group " << group << " head_dim " << hd << " keys " << n);
+          std::vector<uint16_t> keys(size_t(n) * hd), values(size_t(n) * hd);
+          for (auto& h : keys) h = ember::fp32_to_fp16(normal(rng));
+          for (auto& h : values) h = ember::fp32_to_fp16(normal(rng));
+          std::vector<const uint16_t*> krows(static_cast<size_t>(n)), vrows(static_cast<size_t>(n));
+          for (int j = 0; j < n; ++j) krows[size_t(j)] = keys.data() + size_t(j) * hd;
+          for (int j = 0; j < n; ++j) vrows[size_t(j)] = values.data() + size_t(j) * hd;
+          std::vector<float> q(size_t(group) * hd);
+          for (auto& x : q) x = normal(rng);
+          const int ld = n + 3;  // strides wider than the rows
+          std::vector<float> s(size_t(group) * ld, -7.0f);
+          k.scores_f16(q.data(), group, hd, krows.data(), n, 0.125f, s.data(), ld);
+          for (int g = 0; g < group; ++g) {
+            for (int j = 0; j < n; ++j) {
+              double want = 0.0, mag = 0.0;
+              for (int d = 0; d < hd; ++d) {
+                const double term = double(q[size_t(g * hd + d)]) * ember::fp16_to_fp32(keys[size_t(j * hd + d)]);
+                want += term, mag += std::fabs(term);
+              }
+              CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
+            }
+            for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);  // nothing past n written
+          }
+          std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
+          for (auto& x : p) x = std::fabs(normal(rng));
+          for (auto& x : acc) x = normal(rng);
+          std::vector<float> before = acc;
+          k.pv_f16(p.data(), ld, group, hd, vrows.data(), n, acc.data());
+          for (int g = 0; g < group; ++g)
+            for (int d = 0; d < hd; ++d) {
+              double want = before[size_t(g * hd + d)], mag = std::fabs(want);
+              for (int j = 0; j < n; ++j) {
+                const double term = double(p[size_t(g * ld + j)]) * ember::fp16_to_fp32(values[size_t(j * hd + d)]);
+                want += term, mag += std::fabs(term);
+              }
+              CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
+            }
+        }
+  }
+}
+
+// exp_masked and exp_masked16: -inf entries become 0, the rest e^(s - max) within
+// exp_approx's 3e-7, and the returned sum is theirs.
+TEST_CASE("op kernels: exp_masked zeroes masked entries and returns the sum", "[kernels]") {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (const Isa isa : cpu::available_isas())
+    for (const int64_t n : {1, 15, 16, 17, 100}) {
+      INFO(cpu::isa_name(isa) << " n " << n);
+      std::vector<float> s(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) s[size_t(j)] = j % 7 == 3 ? kNegInf : -0.25f * float(j % 11);
+      for (const bool lanes : {false, true}) {
+        std::vector<float> e = s;
+        const cpu::OpKernels& k = cpu::op_kernels(isa);
+        const float total = (lanes ? k.exp_masked16 : k.exp_masked)(e.data(), n, 0.5f);
+        double want_total = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          const double want = s[size_t(j)] == kNegInf ? 0.0 : std::exp(double(s[size_t(j)]) - 0.5);
+          CHECK(std::fabs(e[size_t(j)] - want) <= 1e-6 * want);
+          want_total += want;
+        }
+        CHECK(std::fabs(total - want_total) <= 1e-6 * want_total);
+      }
+    }
 }

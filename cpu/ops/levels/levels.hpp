@@ -8,6 +8,7 @@
 //   <level>/attention_rows.cpp   F16/F32 dot and axpy rows
 //   <level>/attention_lanes.cpp  llama.cpp's lanes16 / lanes64 dot products and GEMM
 //   <level>/kv_rows.cpp          quantized KV-cache rows
+//   <level>/attention_decode.cpp F16 decode-attention scores and P.V (scalar, avx512)
 //   scalar/gemm_f32.cpp, avx512/gemm_f32.cpp   f32 GEMMs (avx2: kernels/avx2/gemm_f32.cpp)
 // A level without its own variant of something uses a lower level's (tables.cpp).
 #pragma once
@@ -42,6 +43,9 @@ using GemmNt = void(int m, int n, int k, const float* a, int lda, const float* b
 using GemmNn = void(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc);
 // The kernels of one quantized KV format (kv_q8_g32 ...), nullptr for other types.
 using KvRows = const KvRowKernels*(quant::DType type);
+using ScoresF16 = void(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
+                       int lds);
+using PvF16 = void(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc);
 }  // namespace op_signature
 
 // loops.cpp, compiled once per level into the namespace EMBER_OPS_NS names.
@@ -52,7 +56,7 @@ using KvRows = const KvRowKernels*(quant::DType type);
   op_signature::Rotate rotate_neox, rotate_normal;                                        \
   op_signature::ReduceLanes reduce_lanes;                                                 \
   op_signature::ExpRow exp_row;                                                           \
-  op_signature::ExpMasked exp_masked;                                                     \
+  op_signature::ExpMasked exp_masked, exp_masked16;                                       \
   op_signature::AddInto add_into;                                                         \
   op_signature::ScaleBy scale_by;
 
@@ -69,6 +73,8 @@ op_signature::Gemm16 gemm16;
 op_signature::GemmNt gemm_nt;
 op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
+op_signature::ScoresF16 scores_f16;
+op_signature::PvF16 pv_f16;
 // The GELU(tanh) of every F16 value as F16 bits (elementwise.cpp explains), built on first use.
 const uint16_t* gelu_f16_table();
 }  // namespace scalar
@@ -98,6 +104,8 @@ op_signature::Gemm16 gemm16;
 op_signature::GemmNt gemm_nt;
 op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
+op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
+op_signature::PvF16 pv_f16;
 }  // namespace avx512
 #endif
 

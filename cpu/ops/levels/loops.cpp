@@ -85,6 +85,31 @@ float exp_masked(float* s, int64_t n, float max_score) {
   return total;
 }
 
+// As exp_masked, but the sum is taken in 16 lanes (lane l: entries l, l + 16, ...) that
+// are then added pairwise (l + 8, l + 4, l + 2, l + 1): a fixed order that the compiler
+// vectorizes (the running sum of exp_masked keeps its loop scalar).
+float exp_masked16(float* s, int64_t n, float max_score) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float lanes[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) {
+      const float x = s[j + l];
+      const float e = x == kNegInf ? 0.0f : exp_approx(x - max_score);
+      s[j + l] = e;
+      lanes[l] += e;
+    }
+  for (int l = 0; j + l < n; ++l) {
+    const float x = s[j + l];
+    const float e = x == kNegInf ? 0.0f : exp_approx(x - max_score);
+    s[j + l] = e;
+    lanes[l] += e;
+  }
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
 void add_into(float* acc, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }

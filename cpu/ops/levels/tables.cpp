@@ -37,11 +37,14 @@ extern const OpKernels kOps = {
     .reduce_lanes = reduce_lanes,
     .exp_row = exp_row,
     .exp_masked = exp_masked,
+    .exp_masked16 = exp_masked16,
     .add_into = add_into,
     .scale_by = scale_by,
     .gemm_nt = gemm_nt,
     .gemm_nn = gemm_nn,
     .kv_rows = kv_rows,
+    .scores_f16 = scores_f16,
+    .pv_f16 = pv_f16,
 };
 }  // namespace scalar
 
@@ -71,11 +74,14 @@ extern const OpKernels kOps = {
     .reduce_lanes = reduce_lanes,
     .exp_row = exp_row,
     .exp_masked = exp_masked,
+    .exp_masked16 = exp_masked16,
     .add_into = add_into,
     .scale_by = scale_by,
     .gemm_nt = gemm_nt,
     .gemm_nn = gemm_nn,
     .kv_rows = kv_rows,
+    .scores_f16 = nullptr,  // the decoded-tile path (Eigen's GEMMs)
+    .pv_f16 = nullptr,
 };
 }  // namespace avx2
 
@@ -104,11 +110,14 @@ extern const OpKernels kOps = {
     .reduce_lanes = reduce_lanes,
     .exp_row = exp_row,
     .exp_masked = exp_masked,
+    .exp_masked16 = exp_masked16,
     .add_into = add_into,
     .scale_by = scale_by,
     .gemm_nt = gemm_nt,
     .gemm_nn = gemm_nn,
     .kv_rows = kv_rows,
+    .scores_f16 = scores_f16,
+    .pv_f16 = pv_f16,
 };
 }  // namespace avx512
 #endif
@@ -139,11 +148,14 @@ extern const OpKernels kOps = {
     .reduce_lanes = scalar::reduce_lanes,
     .exp_row = scalar::exp_row,
     .exp_masked = scalar::exp_masked,
+    .exp_masked16 = scalar::exp_masked16,
     .add_into = scalar::add_into,
     .scale_by = scalar::scale_by,
     .gemm_nt = scalar::gemm_nt,
     .gemm_nn = scalar::gemm_nn,
     .kv_rows = scalar::kv_rows,
+    .scores_f16 = nullptr,  // the decoded-tile path
+    .pv_f16 = nullptr,
 };
 }  // namespace neon
 #endif
