@@ -8,7 +8,7 @@
 //   <level>/attention_rows.cpp   F16/F32 dot and axpy rows
 //   <level>/attention_lanes.cpp  llama.cpp's lanes16 / lanes64 dot products and GEMM
 //   <level>/kv_rows.cpp          quantized KV-cache rows
-//   <level>/attention_decode.cpp F16 decode-attention scores and P.V (scalar, avx512)
+//   <level>/attention_decode.cpp F16 decode-attention scores and P.V (scalar, avx2, avx512)
 //   scalar/gemm_f32.cpp, avx512/gemm_f32.cpp   f32 GEMMs (avx2: kernels/avx2/gemm_f32.cpp)
 // A level without its own variant of something uses a lower level's (tables.cpp).
 #pragma once
@@ -91,6 +91,8 @@ op_signature::AxpyF16 axpy_f16;
 op_signature::AxpyF32 axpy_f32;
 op_signature::Gemm16 gemm16;
 op_signature::KvRows kv_rows;
+op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
+op_signature::PvF16 pv_f16;
 // gemm_nt, gemm_nn: Eigen's, in cpu/kernels/avx2/gemm_f32.cpp (cpu/kernels/gemm_f32.hpp).
 }  // namespace avx2
 

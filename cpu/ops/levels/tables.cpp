@@ -80,8 +80,8 @@ extern const OpKernels kOps = {
     .gemm_nt = gemm_nt,
     .gemm_nn = gemm_nn,
     .kv_rows = kv_rows,
-    .scores_f16 = nullptr,  // the decoded-tile path (Eigen's GEMMs)
-    .pv_f16 = nullptr,
+    .scores_f16 = scores_f16,
+    .pv_f16 = pv_f16,
 };
 }  // namespace avx2
 
