@@ -13,13 +13,32 @@ int cmd_info(const std::vector<std::string>& argv) {
   const Args args(argv, {"--model", "--threads"}, {"--verbose"},
                   {{"-m", "--model"}, {"-t", "--threads"}, {"-v", "--verbose"}});
   // Loading starts no thread: the pool starts with the first session, which info never makes.
-  auto model = load_model(args.get("--model"), int(args.get_int("--threads", 0, 0, 1024)), args.has("--verbose"));
+  const std::string path = args.get("--model");
+  const int threads = int(args.get_int("--threads", 0, 0, 1024));
+  std::shared_ptr<Model> model;
+  try {
+    model = load_model(path, threads, args.has("--verbose"));
+  } catch (const Error& e) {
+    // A file ember cannot run: say everything that is missing, not only the first.
+    if (e.code() != ErrorCode::unsupported) throw;
+    const ModelSupport support = Model::inspect(path);
+    std::string out = fmt::format("architecture:     {}\n", support.architecture.empty() ? "(none)" : support.architecture);
+    out += fmt::format("tokenizer:        {}{}\n", support.tokenizer.empty() ? "(none)" : support.tokenizer,
+                       support.pre_tokenizer.empty() ? "" : fmt::format(", pre-tokenizer {}", support.pre_tokenizer));
+    out += "ember cannot run this file:\n";
+    for (const std::string& reason : support.missing) out += "  " + reason + "\n";
+    if (support.missing.empty()) out += fmt::format("  {}\n", e.what());
+    std::fputs(out.c_str(), stdout);
+    return 1;
+  }
   const ModelInfo& i = model->info();
   const double mib = 1024.0 * 1024.0;
   std::string out;
   out += fmt::format("model:            {}\n", i.name.empty() ? "(unnamed)" : i.name);
   out += fmt::format("architecture:     {}\n", i.architecture);
   out += fmt::format("vocabulary:       {} tokens ({} tokenizer)\n", i.n_vocab, i.tokenizer.empty() ? "no" : i.tokenizer);
+  if (i.tokenizer == "bpe")
+    out += fmt::format("pre-tokenizer:    {}\n", i.pre_tokenizer.empty() ? "(none: the default rules)" : i.pre_tokenizer);
   out += fmt::format("context (train):  {}\n", i.n_ctx_train);
   out += fmt::format("layers:           {}\n", i.n_layer);
   out += fmt::format("embedding:        {}\n", i.n_embd);

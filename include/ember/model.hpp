@@ -83,6 +83,7 @@ struct ModelInfo {
   size_t file_bytes = 0;            // size of the GGUF file
   size_t kv_bytes_per_token = 0;    // KV-cache bytes per token at F16 storage
   std::string tokenizer;            // "spm" or "bpe"
+  std::string pre_tokenizer;        // tokenizer.ggml.pre as the file names it, "" when absent
   std::string chat_template;        // detected chat format: "gemma", "chatml", "llama3" or "" if none
 };
 
@@ -90,6 +91,18 @@ struct ModelInfo {
 struct ChatMessage {
   std::string role;     // "system", "user" or "assistant"
   std::string content;
+};
+
+// What ember makes of a GGUF file without running it (Model::inspect).
+struct ModelSupport {
+  std::string architecture;   // general.architecture, "" when absent
+  std::string tokenizer;      // tokenizer.ggml.model (llama, gpt2, ...), "" when absent
+  std::string pre_tokenizer;  // tokenizer.ggml.pre, "" when absent
+  // Every reason ember cannot run the file, one line each, naming what is missing or
+  // unsupported (architecture, metadata key, tensor, tensor type, tokenizer); empty
+  // when Model::load() would succeed.
+  std::vector<std::string> missing;
+  bool runnable() const { return missing.empty(); }
 };
 
 // A loaded model. Immutable and thread-safe: sessions on different threads may
@@ -100,6 +113,11 @@ class EMBER_API Model : public std::enable_shared_from_this<Model> {
   // unsupported (architecture or tensor type), invalid_argument (options).
   // Thread-safe: loads of different models may run at once.
   static std::shared_ptr<Model> load(const std::filesystem::path& path, const ModelOptions& options = {});
+  // Reads a GGUF file's metadata and tensor table and checks everything load() checks,
+  // collecting every problem instead of stopping at the first (ModelSupport::missing).
+  // Maps the file but reads no weights. Throws Error only when the file cannot be
+  // opened (io) or is not a well-formed GGUF file (malformed_file).
+  static ModelSupport inspect(const std::filesystem::path& path);
 
   // Loads a GGUF image already in memory (an asset packed into the host's binary or
   // archive), with the same validation and errors as load(path).

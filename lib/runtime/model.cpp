@@ -133,6 +133,7 @@ std::unique_ptr<Model::Impl> build(std::shared_ptr<const gguf::File> file, const
   }
   report(options, 0.95f);
   if (impl->tokenizer) impl->info.tokenizer = impl->tokenizer->model() == tok::TokenizerModel::spm ? "spm" : "bpe";
+  impl->info.pre_tokenizer = std::string(file->find_string("tokenizer.ggml.pre").value_or(""));
   impl->info.chat_template = runtime::detect_chat_format(*file);
   report(options, 1.0f);
   return impl;
