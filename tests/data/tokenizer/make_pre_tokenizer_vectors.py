@@ -27,7 +27,14 @@ NAMES = [
     "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "chameleon", "minerva-7b",
     "megrez", "gpt-4o", "llama4", "superbpe", "trillion", "bailingmoe", "seed-coder",
 ]
-NO_KEY = "no-pre-key"   # the key removed: llama.cpp's default rule, with a warning
+NO_KEY = "no-pre-key"
+
+# One name per rule, for the byte-pair vocabulary (names of one rule split alike;
+# the flags that tell them apart are checked on the GPT-2 vocabulary).
+PAIR_NAMES = [
+    "default", "llama-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "starcoder", "gpt-2",
+    "qwen2", "bloom", "viking", "tekken", "chameleon", "gpt-4o", "superbpe", "bailingmoe", "seed-coder",
+]   # the key removed: llama.cpp's default rule, with a warning
 
 # Texts aimed at the rules the shared texts do not reach: case runs (tekken,
 # gpt-4o), sentinels and image tokens (chameleon), digit grouping (superbpe,
@@ -60,6 +67,7 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, required=True)
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="*", help="make these names only")
     parser.add_argument("--pair-vocab", action="store_true",
                         help="use the byte-pair vocabulary (see pair_vocab) and write pre_pairs/ instead of pre/")
     args = parser.parse_args()
@@ -102,7 +110,8 @@ def main() -> None:
         return name
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        for name in pool.map(one, NAMES + [NO_KEY]):
+        names = (PAIR_NAMES if args.pair_vocab else NAMES) + [NO_KEY]
+        for name in pool.map(one, args.only or names):
             print(f"{name}: {len(texts)} texts")
 
 
