@@ -1,4 +1,7 @@
+#include <cstdio>
+#include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -241,4 +244,51 @@ TEST_CASE("split patterns: a pattern outside the dialect is an internal error", 
   expect_internal("a*?", "lazy and possessive quantifiers are not supported");
   expect_internal("[b-a]", "bad range");
   expect_internal("(?<=a)b", "unsupported group");
+}
+
+// The words themselves, against llama.cpp's unicode_regex_split() run with the
+// patterns of llama.cpp's source (tests/data/tokenizer/pre_words, see the README).
+TEST_CASE("pre-tokenizer words: every rule gives llama.cpp's words", "[pre_tokenizer][vectors]") {
+  const auto dir = ember::test::data_dir() / "tokenizer";
+  const std::string all = ember::test::read_bytes(dir / "pre_tokenizers.inp");
+  static constexpr std::string_view kSeparator = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  for (size_t pos = 0, next; (next = all.find(kSeparator, pos)) != std::string::npos; pos = next + kSeparator.size()) {
+    texts.push_back(all.substr(pos, next - pos));
+  }
+  REQUIRE(texts.size() == 45);
+
+  std::set<PreTokenizer> rules;
+  size_t rules_passed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "pre_words")) {
+    const std::string name = entry.path().stem().string();
+    const auto spec = ember::tok::pre_tokenizer_spec(name);
+    REQUIRE(spec);
+    rules.insert(spec->rule);
+    std::istringstream lines(ember::test::read_bytes(entry.path()));
+    size_t same = 0;
+    for (const std::string& text : texts) {
+      std::string raw;
+      REQUIRE(std::getline(lines, raw));
+      // Empty words (superbpe's empty matches) give no ids; ember leaves them out.
+      std::istringstream numbers(raw);
+      std::string line;
+      for (std::string n; numbers >> n;) {
+        if (n != "0") line += (line.empty() ? "" : " ") + n;
+      }
+      // Word lengths in bytes of the text as decoded (a bad byte is U+FFFD, 3 bytes).
+      std::string lengths;
+      for (const std::string& word : split(spec->rule, text)) {
+        lengths += (lengths.empty() ? "" : " ") + std::to_string(word.size());
+      }
+      INFO(name << " text: '" << text << "'");
+      CHECK(lengths == line);
+      if (lengths == line) ++same;
+    }
+    std::printf("pre_words/%s (%s): %zu/%zu texts split as llama.cpp splits them\n", name.c_str(),
+                std::string(ember::tok::pre_tokenizer_rule_name(spec->rule)).c_str(), same, texts.size());
+    if (same == texts.size()) ++rules_passed;
+  }
+  CHECK(rules.size() == 17);
+  CHECK(rules_passed == 17);
 }
