@@ -420,12 +420,17 @@ class Matcher {
     if (scratch_.programs.size() < c_.programs.size()) scratch_.programs.resize(c_.programs.size());
     for (size_t p = 0; p < c_.programs.size(); ++p) {
       SplitScratch::Program& s = scratch_.programs[p];
-      const size_t bits = c_.programs[p].size() * (n_ + 1);
-      if (s.seen.size() * 64 < bits) {
-        s.seen.assign((bits + 63) / 64, 0);   // was all clear; a larger piece needs more
+      const size_t words = (c_.programs[p].size() * (n_ + 1) + 63) / 64;
+      if (s.seen.size() < words) {
+        s.seen.assign(words, 0);   // `seen` is all clear between runs; a larger piece needs more
+        s.failed.assign(words, 0);
+        s.succeeded.assign(words, 0);
         s.marked.clear();
         s.overflowed = false;
       }
+      // What failed or succeeded on the previous piece does not carry over.
+      std::fill_n(s.failed.begin(), words, 0);
+      std::fill_n(s.succeeded.begin(), words, 0);
     }
   }
 
@@ -434,7 +439,7 @@ class Matcher {
   std::optional<std::pair<size_t, size_t>> search(size_t from, bool not_null, bool continuous) {
     std::optional<std::pair<size_t, size_t>> found;
     for (size_t start = from; start <= n_; ++start) {
-      // States seen failing from an earlier start fail from this one too.
+      // States that failed from an earlier start are skipped (`failed`).
       const int64_t end = run(0, start, not_null);
       if (end >= 0) {
         found = {start, static_cast<size_t>(end)};
@@ -442,29 +447,58 @@ class Matcher {
       }
       if (continuous) break;
     }
-    clear(0);
     return found;
   }
 
  private:
   // Runs program `prog` anchored at `start`: the end of the first match in
-  // priority order, or -1.
+  // priority order, or -1. When the run fails, every state it visited failed,
+  // and stays failed for later runs on this piece: whether a state can reach
+  // a match depends only on the instruction and the position (a state at the
+  // start of a `not_null` run is never reached again, positions only grow).
   int64_t run(uint32_t prog, size_t start, bool not_null) {
+    const int64_t end = explore(prog, start, not_null);
+    SplitScratch::Program& s = scratch_.programs[prog];
+    if (end < 0) {
+      if (s.overflowed) {
+        for (size_t w = 0; w < s.seen.size(); ++w) s.failed[w] |= s.seen[w];
+      } else {
+        for (const uint32_t w : s.marked) s.failed[w] |= s.seen[w];
+      }
+    }
+    clear(prog);
+    return end;
+  }
+
+  // The backtracking search itself. For a look-ahead (prog != 0) only
+  // success matters, so the states on the path that reached the match are
+  // remembered as succeeding: a later look-ahead that meets one of them has
+  // its answer (superbpe evaluates (\d{3})+(?!\d) at every digit of a run).
+  int64_t explore(uint32_t prog, size_t start, bool not_null) {
     const std::vector<Inst>& code = c_.programs[prog];
     SplitScratch::Program& s = scratch_.programs[prog];
+    const bool track_path = prog != 0;
     const size_t width = n_ + 1;
-    const size_t stack_base = s.stack.size();
-    s.stack.push_back(start);
-    while (s.stack.size() > stack_base) {
-      const uint64_t entry = s.stack.back();
+    const auto succeed = [&](size_t pos) {
+      for (const size_t bit : s.path) s.succeeded[bit >> 6] |= uint64_t{1} << (bit & 63);
+      s.stack.clear();
+      return static_cast<int64_t>(pos);
+    };
+    s.stack.clear();
+    s.path.clear();
+    s.stack.push_back({0, static_cast<uint32_t>(start), 0});
+    while (!s.stack.empty()) {
+      const SplitScratch::Pending entry = s.stack.back();
       s.stack.pop_back();
-      uint32_t pc = static_cast<uint32_t>(entry >> 32);
-      size_t pos = static_cast<uint32_t>(entry);
+      uint32_t pc = entry.pc;
+      size_t pos = entry.pos;
+      if (track_path) s.path.resize(entry.depth);
       while (true) {
         const size_t bit = pc * width + pos;
         uint64_t& word = s.seen[bit >> 6];
         const uint64_t mask = uint64_t{1} << (bit & 63);
-        if (word & mask) break;
+        if (track_path && (s.succeeded[bit >> 6] & mask)) return succeed(pos);
+        if ((word | s.failed[bit >> 6]) & mask) break;
         word |= mask;
         if (!s.overflowed) {
           if (s.marked.size() < s.seen.size()) {
@@ -473,6 +507,7 @@ class Matcher {
             s.overflowed = true;
           }
         }
+        if (track_path) s.path.push_back(bit);
         const Inst& inst = code[pc];
         bool ok = true;
         switch (inst.op) {
@@ -481,13 +516,12 @@ class Matcher {
             ++pc, ++pos;
             break;
           case Op::split:
-            s.stack.push_back((uint64_t{inst.y} << 32) | pos);
+            s.stack.push_back({inst.y, static_cast<uint32_t>(pos), static_cast<uint32_t>(s.path.size())});
             pc = inst.x;
             break;
           case Op::jump: pc = inst.x; break;
           case Op::look_ahead: {
             const bool matched = run(inst.x, pos, false) >= 0;
-            clear(inst.x);
             ok = matched != inst.negate;
             ++pc;
             break;
@@ -501,8 +535,7 @@ class Matcher {
               ok = false;
               break;
             }
-            s.stack.resize(stack_base);
-            return static_cast<int64_t>(pos);
+            return succeed(pos);
         }
         if (!ok) break;
       }

@@ -8,8 +8,8 @@
 // escapes \r \n \t \v \f and \<punctuation>, and $ (end of the piece).
 // Matching is leftmost-first (ECMAScript / PCRE order, not longest) by a
 // backtracker that remembers the (instruction, position) states it has seen
-// fail, so no pattern takes more than O(instructions x piece length) steps per
-// match and nothing recurses per character.
+// fail, for the whole piece, so a failed state is never explored twice and
+// nothing recurses per character.
 #pragma once
 
 #include <cstdint>
@@ -41,11 +41,19 @@ uint32_t codepoint_symbol(uint32_t cp, unicode::ClassByte c);
 
 // Working memory of SplitPattern::split, reused across calls by one thread.
 struct SplitScratch {
+  struct Pending {                   // an alternative still to try
+    uint32_t pc;
+    uint32_t pos;
+    uint32_t depth;                  // length of the path when it was queued
+  };
   struct Program {
-    std::vector<uint64_t> seen;      // [n_instructions * (n_symbols + 1)] bits
-    std::vector<uint32_t> marked;    // indices set in `seen`, to clear them cheaply
+    std::vector<uint64_t> seen;      // [n_instructions * (n_symbols + 1)] bits: visited in this run
+    std::vector<uint64_t> failed;    // same shape: known to fail on this piece
+    std::vector<uint64_t> succeeded; // same shape: known to reach the match (look-aheads only)
+    std::vector<uint32_t> marked;    // words set in `seen`, to clear them cheaply
     bool overflowed = false;         // `marked` stopped recording: clear all of `seen`
-    std::vector<uint64_t> stack;     // pending (instruction << 32 | position) alternatives
+    std::vector<Pending> stack;
+    std::vector<size_t> path;        // states from the start of the run to the current one (look-aheads)
   };
   std::vector<Program> programs;     // one per compiled program (the pattern and each look-ahead)
 };

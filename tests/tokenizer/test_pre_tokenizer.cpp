@@ -225,6 +225,14 @@ TEST_CASE("split patterns: long runs take linear time", "[pre_tokenizer]") {
   std::vector<uint32_t> ends;
   ember::tok::split_words(PreTokenizer::deepseek_llm, cps, classes, ends);
   CHECK(ends.size() == 2);
+
+  // superbpe's look-ahead over a long digit run: evaluated at every position,
+  // it reuses the states that failed before instead of rescanning the run.
+  const std::string digits(200000, '7');
+  const auto groups = split_with_pattern("(?=(\\d{3})+(?!\\d))", digits);
+  REQUIRE(groups.size() == 66667);
+  CHECK(groups.front() == "77");
+  CHECK(groups.back() == "777");
 }
 
 TEST_CASE("split patterns: a pattern outside the dialect is an internal error", "[pre_tokenizer][errors]") {
