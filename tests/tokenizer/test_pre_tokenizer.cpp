@@ -282,12 +282,15 @@ TEST_CASE("pre-tokenizer words: every rule gives llama.cpp's words", "[pre_token
       std::istringstream numbers(raw);
       std::string line;
       for (std::string n; numbers >> n;) {
-        if (n != "0") line += (line.empty() ? "" : " ") + n;
+        if (n == "0") continue;
+        if (!line.empty()) line += ' ';
+        line += n;
       }
       // Word lengths in bytes of the text as decoded (a bad byte is U+FFFD, 3 bytes).
       std::string lengths;
       for (const std::string& word : split(spec->rule, text)) {
-        lengths += (lengths.empty() ? "" : " ") + std::to_string(word.size());
+        if (!lengths.empty()) lengths += ' ';
+        lengths += std::to_string(word.size());
       }
       INFO(name << " text: '" << text << "'");
       CHECK(lengths == line);
@@ -299,4 +302,23 @@ TEST_CASE("pre-tokenizer words: every rule gives llama.cpp's words", "[pre_token
   }
   CHECK(rules.size() == 17);
   CHECK(rules_passed == 17);
+}
+
+TEST_CASE("pre-tokenizer words: long runs of one kind of character, every rule", "[pre_tokenizer]") {
+  // Each would be quadratic (or overflow the stack) on a plain backtracker for
+  // some rule; here every rule finishes them in linear time. The words must
+  // cover the text exactly, in order.
+  const std::vector<std::string> runs = {
+      std::string(50000, ' '),          std::string(50000, '\n'),  std::string(50000, '7'),
+      std::string(50000, 'a'),          std::string(50000, '!'),   std::string(25000, ' ') + "x",
+      std::string(25000, ' ') + "7",    std::string(25000, '\t') + "\n",
+  };
+  for (const std::string_view name : ember::tok::supported_pre_tokenizers()) {
+    const auto rule = ember::tok::pre_tokenizer_spec(name)->rule;
+    for (const std::string& text : runs) {
+      std::string joined;
+      for (const std::string& word : split(rule, text)) joined += word;
+      CHECK(joined == text);
+    }
+  }
 }
