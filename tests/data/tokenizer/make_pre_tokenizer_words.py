@@ -75,14 +75,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--llama-cpp", type=Path, required=True)
     parser.add_argument("--llama-words", type=Path, required=True)
+    parser.add_argument("--inp", type=Path, help="texts (default: pre_tokenizers.inp next to this script)")
+    parser.add_argument("--out", type=Path, help="output folder (default: pre_words next to this script)")
     args = parser.parse_args()
 
     source = (args.llama_cpp / "src" / "llama-vocab.cpp").read_text(encoding="utf-8")
     patterns = patterns_by_type(source)
     names = first_name_by_type(source)
     here = Path(__file__).resolve().parent
-    texts = (here / "pre_tokenizers.inp").read_bytes().split(SEPARATOR)[:-1]
-    out_dir = here / "pre_words"
+    texts = (args.inp or here / "pre_tokenizers.inp").read_bytes().split(SEPARATOR)[:-1]
+    out_dir = args.out or here / "pre_words"
     out_dir.mkdir(exist_ok=True)
     done: set[tuple[str, ...]] = set()
     with tempfile.TemporaryDirectory() as scratch:
