@@ -110,7 +110,7 @@ std::unique_ptr<Model::Impl> build(std::shared_ptr<const gguf::File> file, const
   impl->logger.info("loaded {}: GGUF v{}, {} tensors, {} metadata keys, {:.1f} MiB", file->name(), file->version(),
                     file->tensors().size(), file->metadata().size(), double(file->file_size()) / (1 << 20));
 
-  if (file->find("tokenizer.ggml.tokens")) impl->tokenizer = tok::Tokenizer::from_gguf(*file);
+  if (file->find("tokenizer.ggml.tokens")) impl->tokenizer = tok::Tokenizer::from_gguf(*file, options.log);
   impl->file = file;
   if (options.vocab_only) {
     if (!impl->tokenizer)

@@ -1,4 +1,9 @@
+// The pre-tokenizer table and rules; see pre_tokenizer.hpp and docs/tokenizer.md.
 #include "tokenizer/pre_tokenizer.hpp"
+
+#include <array>
+
+#include "tokenizer/split_pattern.hpp"
 
 namespace ember::tok {
 
@@ -9,35 +14,207 @@ using unicode::is_whitespace;
 
 namespace {
 
+// ---------------------------------------------------------------------------
+// The split patterns: the regular expressions the models were trained with,
+// as llama.cpp writes them (case-insensitive groups spelled out as [sS] pairs,
+// since std::regex has no (?i:...)). Sources: the tokenizer.json of each
+// family, through llama.cpp's src/llama-vocab.cpp.
+
+constexpr std::string_view kGpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+constexpr std::string_view kLlama3 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view kQwen2 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view kSingleDigit = "\\p{N}";
+constexpr std::string_view kDigitRun = "\\p{N}+";
+constexpr std::string_view kNewline = "[\\r\\n]";
+constexpr std::string_view kThreeAsciiDigits = "[0-9][0-9][0-9]";
+constexpr std::string_view kCjkHangul = "[一-龥ࠀ-一가-퟿]+";
+constexpr std::string_view kBloom = " ?[^(\\s|.,!?…。，、।۔،)]+";
+
+constexpr SplitStep kGpt2Steps[] = {{HandWritten::gpt2, kGpt2}};
+constexpr SplitStep kLlama3Steps[] = {{HandWritten::llama3, kLlama3}};
+constexpr SplitStep kQwen2Steps[] = {{HandWritten::qwen2, kQwen2}};
+constexpr SplitStep kDefaultSteps[] = {
+    {HandWritten::none, "[\\p{P}\\$\\+<=>\\^~\\|]+"},
+    {HandWritten::gpt2, kGpt2},
+    {HandWritten::none, kDigitRun},
+    {HandWritten::none, kThreeAsciiDigits},
+};
+constexpr SplitStep kDeepseekLlmSteps[] = {
+    {HandWritten::none, kNewline},
+    {HandWritten::none,
+     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ"
+     "-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐ"
+     "ῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯ"
+     "ꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+"},
+    {HandWritten::none, "\\s?[!-/:-~！-／：-～‘-‟　-。]+"},
+    {HandWritten::none, "\\s+$"},
+    {HandWritten::none, kCjkHangul},
+    {HandWritten::none, kDigitRun},
+};
+constexpr SplitStep kDeepseekCoderSteps[] = {
+    {HandWritten::none, kNewline},
+    {HandWritten::none, "\\s?\\p{L}+"},
+    {HandWritten::none, "\\s?\\p{P}+"},
+    {HandWritten::none, kCjkHangul},
+    {HandWritten::none, kSingleDigit},
+};
+constexpr SplitStep kDeepseekV3Steps[] = {
+    {HandWritten::none, "\\p{N}{1,3}"},
+    {HandWritten::none, "[一-龥぀-ゟ゠-ヿ]+"},
+    {HandWritten::none,
+     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+     "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+};
+constexpr SplitStep kFalconSteps[] = {
+    {HandWritten::none, "[\\p{P}\\$\\+<=>\\^~\\|`]+"},
+    {HandWritten::gpt2, kGpt2},
+    {HandWritten::none, kThreeAsciiDigits},
+};
+constexpr SplitStep kStarcoderSteps[] = {
+    {HandWritten::none, kSingleDigit},
+    {HandWritten::gpt2, kGpt2},
+};
+constexpr SplitStep kBloomSteps[] = {{HandWritten::none, kBloom}};
+constexpr SplitStep kVikingSteps[] = {{HandWritten::none, kBloom}, {HandWritten::none, kSingleDigit}};
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}] of the
+// original, as llama.cpp approximates them: a letter that is not a-z, and a
+// letter that is not A-Z.
+constexpr SplitStep kTekkenSteps[] = {
+    {HandWritten::none,
+     "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+(("
+     "?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+};
+constexpr SplitStep kChameleonSteps[] = {
+    {HandWritten::none, "<sentinel:[0-9]+>"},
+    {HandWritten::none, "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z"},
+    {HandWritten::none, "([\\t\\n]|    |  )"},
+    {HandWritten::none, kSingleDigit},
+    {HandWritten::none, "[\\p{P}!-/:-@\\[-`{-~]"},
+    {HandWritten::gpt2, kGpt2},
+};
+constexpr SplitStep kGpt4oSteps[] = {
+    {HandWritten::none,
+     "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL]["
+     "lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'["
+     "mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+};
+// The digits of a run in groups of three counted from its end (an empty match
+// before each group).
+constexpr SplitStep kSuperbpeSteps[] = {
+    {HandWritten::none, kDigitRun},
+    {HandWritten::none, "(?=(\\d{3})+(?!\\d))"},
+};
+constexpr SplitStep kBailingmoeSteps[] = {
+    {HandWritten::none,
+     "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"},
+};
+constexpr SplitStep kSeedCoderSteps[] = {
+    {HandWritten::none,
+     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| "
+     "?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+};
+
+struct RuleSteps {
+  PreTokenizer rule;
+  std::string_view name;
+  std::span<const SplitStep> steps;
+};
+
+constexpr RuleSteps kRules[] = {
+    {PreTokenizer::none, "none", {}},
+    {PreTokenizer::gpt2, "gpt2", kGpt2Steps},
+    {PreTokenizer::llama3, "llama3", kLlama3Steps},
+    {PreTokenizer::qwen2, "qwen2", kQwen2Steps},
+    {PreTokenizer::default_bpe, "default", kDefaultSteps},
+    {PreTokenizer::deepseek_llm, "deepseek_llm", kDeepseekLlmSteps},
+    {PreTokenizer::deepseek_coder, "deepseek_coder", kDeepseekCoderSteps},
+    {PreTokenizer::deepseek_v3, "deepseek_v3", kDeepseekV3Steps},
+    {PreTokenizer::falcon, "falcon", kFalconSteps},
+    {PreTokenizer::starcoder, "starcoder", kStarcoderSteps},
+    {PreTokenizer::bloom, "bloom", kBloomSteps},
+    {PreTokenizer::viking, "viking", kVikingSteps},
+    {PreTokenizer::tekken, "tekken", kTekkenSteps},
+    {PreTokenizer::chameleon, "chameleon", kChameleonSteps},
+    {PreTokenizer::gpt4o, "gpt4o", kGpt4oSteps},
+    {PreTokenizer::superbpe, "superbpe", kSuperbpeSteps},
+    {PreTokenizer::bailingmoe, "bailingmoe", kBailingmoeSteps},
+    {PreTokenizer::seed_coder, "seed_coder", kSeedCoderSteps},
+};
+constexpr size_t kRuleCount = std::size(kRules);
+
+// ---------------------------------------------------------------------------
+// tokenizer.ggml.pre values (every name llama.cpp's loader accepts) and the
+// rule and flags of each; the flags are the ones llama.cpp sets for the name.
+
 struct NamedSpec {
   std::string_view name;
   PreTokenizerSpec spec;
 };
 
-// tokenizer.ggml.pre values and the rule each one uses. Names that share a
-// regular expression share a rule; the flags follow the values llama.cpp's
-// converter writes for those models.
+constexpr PreTokenizerSpec plain(PreTokenizer rule) { return {rule, false, false}; }
+// Llama-3 style: a word that is a token is taken whole, and BOS is added.
+constexpr PreTokenizerSpec whole_words_bos(PreTokenizer rule) { return {rule, true, true}; }
+
 constexpr NamedSpec kPreTokenizers[] = {
-    {"gpt-2", {PreTokenizer::gpt2, false, false}},
-    {"phi-2", {PreTokenizer::gpt2, false, false}},
-    {"roberta-bpe", {PreTokenizer::gpt2, false, false}},
-    {"mpt", {PreTokenizer::gpt2, false, false}},
-    {"olmo", {PreTokenizer::gpt2, false, false}},
-    {"jais", {PreTokenizer::gpt2, false, false}},
-    {"gigachat", {PreTokenizer::gpt2, false, false}},
-    {"trillion", {PreTokenizer::gpt2, false, false}},
-    {"llama3", {PreTokenizer::llama3, true, true}},
-    {"llama-v3", {PreTokenizer::llama3, true, true}},
-    {"llama-bpe", {PreTokenizer::llama3, true, true}},
-    {"falcon3", {PreTokenizer::llama3, true, true}},
-    {"pixtral", {PreTokenizer::llama3, true, true}},
-    {"dbrx", {PreTokenizer::llama3, false, false}},
-    {"smaug-bpe", {PreTokenizer::llama3, false, false}},
-    {"qwen2", {PreTokenizer::qwen2, false, false}},
-    {"deepseek-r1-qwen", {PreTokenizer::qwen2, false, false}},
-    {"stablelm2", {PreTokenizer::qwen2, false, false}},
-    {"megrez", {PreTokenizer::qwen2, false, false}},
+    {"default", plain(PreTokenizer::default_bpe)},
+    {"llama3", whole_words_bos(PreTokenizer::llama3)},
+    {"llama-v3", whole_words_bos(PreTokenizer::llama3)},
+    {"llama-bpe", whole_words_bos(PreTokenizer::llama3)},
+    {"falcon3", whole_words_bos(PreTokenizer::llama3)},
+    {"pixtral", whole_words_bos(PreTokenizer::llama3)},
+    {"deepseek-llm", plain(PreTokenizer::deepseek_llm)},
+    {"deepseek-coder", plain(PreTokenizer::deepseek_coder)},
+    {"deepseek-v3", plain(PreTokenizer::deepseek_v3)},
+    {"falcon", plain(PreTokenizer::falcon)},
+    {"mpt", plain(PreTokenizer::gpt2)},
+    {"starcoder", plain(PreTokenizer::starcoder)},
+    {"gpt-2", plain(PreTokenizer::gpt2)},
+    {"phi-2", plain(PreTokenizer::gpt2)},
+    {"jina-es", plain(PreTokenizer::gpt2)},
+    {"jina-de", plain(PreTokenizer::gpt2)},
+    {"gigachat", plain(PreTokenizer::gpt2)},
+    {"jina-v1-en", plain(PreTokenizer::gpt2)},
+    {"jina-v2-es", plain(PreTokenizer::gpt2)},
+    {"jina-v2-de", plain(PreTokenizer::gpt2)},
+    {"jina-v2-code", plain(PreTokenizer::gpt2)},
+    {"roberta-bpe", plain(PreTokenizer::gpt2)},
+    {"refact", plain(PreTokenizer::starcoder)},
+    {"command-r", plain(PreTokenizer::starcoder)},
+    {"qwen2", plain(PreTokenizer::qwen2)},
+    {"deepseek-r1-qwen", plain(PreTokenizer::qwen2)},
+    {"stablelm2", plain(PreTokenizer::qwen2)},
+    {"olmo", plain(PreTokenizer::gpt2)},
+    {"dbrx", plain(PreTokenizer::llama3)},
+    {"smaug-bpe", plain(PreTokenizer::llama3)},
+    {"poro-chat", plain(PreTokenizer::bloom)},
+    {"glm4", plain(PreTokenizer::llama3)},
+    {"chatglm-bpe", plain(PreTokenizer::llama3)},
+    {"viking", plain(PreTokenizer::viking)},
+    {"jais", plain(PreTokenizer::gpt2)},
+    {"tekken", whole_words_bos(PreTokenizer::tekken)},
+    {"smollm", plain(PreTokenizer::starcoder)},
+    {"codeshell", plain(PreTokenizer::starcoder)},
+    {"bloom", plain(PreTokenizer::bloom)},
+    {"gpt3-finnish", plain(PreTokenizer::bloom)},
+    {"exaone", plain(PreTokenizer::starcoder)},
+    {"chameleon", {PreTokenizer::chameleon, false, true}},
+    {"minerva-7b", plain(PreTokenizer::starcoder)},
+    {"megrez", plain(PreTokenizer::qwen2)},
+    {"gpt-4o", plain(PreTokenizer::gpt4o)},
+    {"llama4", plain(PreTokenizer::gpt4o)},
+    {"superbpe", plain(PreTokenizer::superbpe)},
+    {"trillion", plain(PreTokenizer::gpt2)},
+    {"bailingmoe", plain(PreTokenizer::bailingmoe)},
+    {"seed-coder", plain(PreTokenizer::seed_coder)},
 };
+
+// ---------------------------------------------------------------------------
+// Hand-written splitters.
 
 bool is_newline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
@@ -64,7 +241,8 @@ size_t contraction_length(std::span<const uint32_t> cps, size_t i, bool fold_cas
 // for the next word when something other than whitespace follows.
 size_t whitespace_run_end(size_t i, size_t k, size_t n) { return (k - i > 1 && k < n) ? k - 1 : k; }
 
-void split_gpt2(std::span<const uint32_t> cps, std::span<const ClassByte> cls, std::vector<uint32_t>& ends) {
+void split_gpt2(std::span<const uint32_t> cps, std::span<const ClassByte> cls, uint32_t base,
+                std::vector<uint32_t>& ends) {
   const size_t n = cps.size();
   size_t i = 0;
   while (i < n) {
@@ -89,12 +267,12 @@ void split_gpt2(std::span<const uint32_t> cps, std::span<const ClassByte> cls, s
         end = whitespace_run_end(i, k, n);
       }
     }
-    ends.push_back(static_cast<uint32_t>(end));
+    ends.push_back(base + static_cast<uint32_t>(end));
     i = end;
   }
 }
 
-void split_llama3(std::span<const uint32_t> cps, std::span<const ClassByte> cls, size_t max_digits,
+void split_llama3(std::span<const uint32_t> cps, std::span<const ClassByte> cls, size_t max_digits, uint32_t base,
                   std::vector<uint32_t>& ends) {
   const size_t n = cps.size();
   size_t i = 0;
@@ -131,12 +309,43 @@ void split_llama3(std::span<const uint32_t> cps, std::span<const ClassByte> cls,
         end = after_last_newline != 0 ? after_last_newline : whitespace_run_end(i, k, n);
       }
     }
-    ends.push_back(static_cast<uint32_t>(end));
+    ends.push_back(base + static_cast<uint32_t>(end));
     i = end;
   }
 }
 
+
+// The compiled patterns of every rule, built once.
+struct CompiledRules {
+  std::array<std::vector<SplitPattern>, kRuleCount> patterns;   // [rule][step]; hand-written steps hold none
+  CompiledRules() {
+    for (const RuleSteps& r : kRules) {
+      for (const SplitStep& step : r.steps) {
+        if (step.splitter == HandWritten::none) patterns[static_cast<size_t>(r.rule)].emplace_back(step.pattern);
+      }
+    }
+  }
+};
+
+const CompiledRules& compiled_rules() {
+  static const CompiledRules rules;
+  return rules;
+}
+
+const RuleSteps& rule_steps(PreTokenizer rule) {
+  const auto index = static_cast<size_t>(rule);
+  return kRules[index < kRuleCount ? index : 0];
+}
+
 }  // namespace
+
+std::string_view pre_tokenizer_rule_name(PreTokenizer rule) { return rule_steps(rule).name; }
+
+std::vector<std::string_view> supported_pre_tokenizers() {
+  std::vector<std::string_view> names;
+  for (const NamedSpec& entry : kPreTokenizers) names.push_back(entry.name);
+  return names;
+}
 
 std::optional<PreTokenizerSpec> pre_tokenizer_spec(std::string_view name) {
   for (const NamedSpec& entry : kPreTokenizers) {
@@ -145,16 +354,70 @@ std::optional<PreTokenizerSpec> pre_tokenizer_spec(std::string_view name) {
   return std::nullopt;
 }
 
+PreTokenizerSpec default_pre_tokenizer_spec() { return plain(PreTokenizer::default_bpe); }
+
+std::span<const SplitStep> split_steps(PreTokenizer rule) { return rule_steps(rule).steps; }
+
+void split_hand_written(HandWritten splitter, std::span<const uint32_t> cps, std::span<const ClassByte> classes,
+                        uint32_t base, std::vector<uint32_t>& word_ends) {
+  switch (splitter) {
+    case HandWritten::gpt2: split_gpt2(cps, classes, base, word_ends); return;
+    case HandWritten::llama3: split_llama3(cps, classes, 3, base, word_ends); return;
+    case HandWritten::qwen2: split_llama3(cps, classes, 1, base, word_ends); return;
+    case HandWritten::none: break;
+  }
+  if (!cps.empty()) word_ends.push_back(base + static_cast<uint32_t>(cps.size()));
+}
+
 void split_words(PreTokenizer rule, std::span<const uint32_t> cps, std::span<const ClassByte> classes,
                  std::vector<uint32_t>& word_ends) {
-  switch (rule) {
-    case PreTokenizer::gpt2: split_gpt2(cps, classes, word_ends); return;
-    case PreTokenizer::llama3: split_llama3(cps, classes, 3, word_ends); return;
-    case PreTokenizer::qwen2: split_llama3(cps, classes, 1, word_ends); return;
-    case PreTokenizer::none: break;
+  const std::span<const SplitStep> steps = split_steps(rule);
+  if (cps.empty()) return;
+  if (steps.empty()) {
+    word_ends.push_back(static_cast<uint32_t>(cps.size()));   // no rule: the whole text is one word
+    return;
   }
-  // No rule: the whole text is one word.
-  if (!cps.empty()) word_ends.push_back(static_cast<uint32_t>(cps.size()));
+  if (steps.size() == 1 && steps[0].splitter != HandWritten::none) {
+    split_hand_written(steps[0].splitter, cps, classes, 0, word_ends);   // the common case, straight through
+    return;
+  }
+
+  // The symbols each view of the matcher sees, made when a step needs them.
+  std::vector<uint32_t> collapsed, codepoints;
+  const auto symbols = [&](SymbolView view) -> std::span<const uint32_t> {
+    std::vector<uint32_t>& out = view == SymbolView::collapsed ? collapsed : codepoints;
+    if (out.empty()) {
+      out.resize(cps.size());
+      for (size_t i = 0; i < cps.size(); ++i) {
+        out[i] = view == SymbolView::collapsed ? collapsed_symbol(cps[i], classes[i])
+                                               : codepoint_symbol(cps[i], classes[i]);
+      }
+    }
+    return out;
+  };
+
+  const std::vector<SplitPattern>& patterns = compiled_rules().patterns[static_cast<size_t>(rule)];
+  size_t next_pattern = 0;
+  SplitScratch scratch;
+  std::vector<uint32_t> pieces = {static_cast<uint32_t>(cps.size())};
+  std::vector<uint32_t> split;
+  for (const SplitStep& step : steps) {
+    const SplitPattern* pattern = step.splitter == HandWritten::none ? &patterns[next_pattern++] : nullptr;
+    const std::span<const uint32_t> view = pattern ? symbols(pattern->view()) : std::span<const uint32_t>();
+    split.clear();
+    uint32_t start = 0;
+    for (const uint32_t end : pieces) {
+      if (pattern) {
+        pattern->split(view.subspan(start, end - start), start, scratch, split);
+      } else {
+        split_hand_written(step.splitter, cps.subspan(start, end - start), classes.subspan(start, end - start), start,
+                           split);
+      }
+      start = end;
+    }
+    pieces.swap(split);
+  }
+  word_ends.insert(word_ends.end(), pieces.begin(), pieces.end());
 }
 
 }  // namespace ember::tok

@@ -14,9 +14,9 @@ namespace ember::tok {
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
-Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
+Tokenizer Tokenizer::from_gguf(const gguf::File& file, const LogCallback& log) {
   auto impl = std::make_shared<Impl>();
-  impl->vocab = load_vocab(file);
+  impl->vocab = load_vocab(file, log);
   impl->specials = SpecialTokenMatcher(impl->vocab);
   return Tokenizer(std::move(impl));
 }

@@ -1,6 +1,6 @@
 // Tokenizers read from GGUF metadata: SentencePiece-style ("llama" model) and
-// byte-level BPE ("gpt2" model, with the GPT-2, Llama-3 and Qwen2 pre-tokenizer
-// rules). Encoding gives the ids llama.cpp gives for the same file and text.
+// byte-level BPE ("gpt2" model, with every pre-tokenizer rule llama.cpp knows).
+// Encoding gives the ids llama.cpp gives for the same file and text.
 //
 // A Tokenizer is immutable once built; copies share the same vocabulary, and
 // every const member may be called from many threads at once.
@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ember/log.hpp"
 
 namespace ember::gguf {
 class File;
@@ -39,13 +41,37 @@ enum class TokenizerModel : uint8_t {
   bpe,   // "gpt2": byte-level BPE, merges by rank
 };
 
-// Pre-tokenizer rule of a byte-level BPE vocabulary (tokenizer.ggml.pre).
+// Pre-tokenizer rule of a byte-level BPE vocabulary: how the text is split
+// into words before merging. Many tokenizer.ggml.pre names share one rule; the
+// table of names and the split patterns of each rule are in pre_tokenizer.cpp
+// (see docs/tokenizer.md).
 enum class PreTokenizer : uint8_t {
-  none,     // SentencePiece vocabularies have none
-  gpt2,     // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  llama3,   // Llama-3: case-insensitive contractions, numbers in groups of up to 3, newline runs
-  qwen2,    // as llama3 but every digit alone
+  none,             // SentencePiece vocabularies have none
+  gpt2,             // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  llama3,           // Llama-3: case-insensitive contractions, numbers in groups of up to 3, newline runs
+  qwen2,            // as llama3 but every digit alone
+  default_bpe,      // a BPE vocabulary without tokenizer.ggml.pre, or "default"
+  deepseek_llm,
+  deepseek_coder,
+  deepseek_v3,
+  falcon,
+  starcoder,        // every digit alone, then the gpt2 rule
+  bloom,
+  viking,
+  tekken,
+  chameleon,
+  gpt4o,
+  superbpe,
+  bailingmoe,
+  seed_coder,
 };
+
+// Short name of a rule ("gpt2", "deepseek_llm", ...); a static string.
+std::string_view pre_tokenizer_rule_name(PreTokenizer rule);
+
+// Every tokenizer.ggml.pre value ember accepts for a byte-level BPE
+// vocabulary, in the order of its table (the names llama.cpp's loader accepts).
+std::vector<std::string_view> supported_pre_tokenizers();
 
 class StreamDecoder;
 
@@ -53,8 +79,9 @@ class Tokenizer {
  public:
   // Reads tokenizer.ggml.* from `file`. Throws ember::Error: unsupported for a
   // tokenizer model or pre-tokenizer ember does not implement (naming it),
-  // malformed_file for inconsistent metadata (naming the key).
-  static Tokenizer from_gguf(const gguf::File& file);
+  // malformed_file for inconsistent metadata (naming the key). Warnings (a BPE
+  // vocabulary without tokenizer.ggml.pre gets the default rule) go to `log`.
+  static Tokenizer from_gguf(const gguf::File& file, const LogCallback& log = {});
 
   // Text to ids. `add_bos`: add the special tokens the model's metadata asks for
   // (BOS when tokenizer.ggml.add_bos_token, EOS when tokenizer.ggml.add_eos_token).

@@ -205,7 +205,7 @@ void find_end_of_generation(Vocab& v) {
 
 }  // namespace
 
-Vocab load_vocab(const gguf::File& file) {
+Vocab load_vocab(const gguf::File& file, const LogCallback& log) {
   Vocab v;
   const std::optional<std::string_view> model = file.find_string(kModelKey);
   if (!model) fail(ErrorCode::malformed_file, "{}: missing required metadata key '{}'", file.name(), kModelKey);
@@ -217,12 +217,23 @@ Vocab load_vocab(const gguf::File& file) {
   } else if (*model == "gpt2") {
     v.model = TokenizerModel::bpe;
     const std::optional<std::string_view> pre = file.find_string(kPreKey);
+    std::optional<PreTokenizerSpec> spec;
     if (!pre) {
-      fail(ErrorCode::unsupported,
-           "{}: byte-level BPE tokenizer without '{}': ember needs the pre-tokenizer name (gpt-2, llama-bpe, qwen2, ...)",
-           file.name(), kPreKey);
+      // As llama.cpp: the default rule, which is rarely the one the model was trained with.
+      spec = default_pre_tokenizer_spec();
+      if (log) {
+        try {
+          log(LogLevel::warning,
+              fmt::format("{}: byte-level BPE tokenizer without '{}': using the default pre-tokenizer rule; "
+                          "the ids may differ from the model's own tokenizer (convert the model again)",
+                          file.name(), kPreKey));
+        } catch (...) {
+          // A throwing log callback must not fail the load.
+        }
+      }
+    } else {
+      spec = pre_tokenizer_spec(*pre);
     }
-    const std::optional<PreTokenizerSpec> spec = pre_tokenizer_spec(*pre);
     if (!spec) {
       fail(ErrorCode::unsupported, "{}: pre-tokenizer '{}' ({}) is not supported", file.name(), *pre, kPreKey);
     }

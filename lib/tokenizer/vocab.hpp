@@ -72,6 +72,7 @@ struct Vocab {
 
 // Reads and validates the vocabulary. Throws unsupported (tokenizer model or
 // pre-tokenizer ember does not implement) or malformed_file (naming the key).
-Vocab load_vocab(const gguf::File& file);
+// Warnings go to `log` (may be empty).
+Vocab load_vocab(const gguf::File& file, const LogCallback& log);
 
 }  // namespace ember::tok

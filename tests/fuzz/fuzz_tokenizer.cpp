@@ -1,15 +1,17 @@
 // libFuzzer target: arbitrary bytes through the SentencePiece and byte-level
-// BPE tokenizers (GPT-2, Llama-3 and Qwen2 rules). Encoding must never crash,
+// BPE tokenizers (every pre-tokenizer rule, on the GPT-2 vocabulary). Encoding must never crash,
 // every id must be valid, the streaming decoder must agree with the token
 // pieces, and byte-level BPE must give valid UTF-8 text back unchanged.
 //
-// Input: byte 0 picks the vocabulary and the flags, the rest is the text.
+// Input: byte 0 picks the vocabulary (bits 0-3 and 6-7) and the flags (bits
+// 4-5), the rest is the text.
 // The vocabularies are read from $EMBER_SHARED_DIR/tokenizer (default: the
 // shared folder the build was configured with).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,8 +47,12 @@ struct Vocabularies {
     const auto gpt2 = ember::gguf::File::open(vocab_dir() / "ggml-vocab-gpt-2.gguf");
     all.push_back(ember::tok::Tokenizer::from_gguf(spm));
     all.push_back(ember::tok::Tokenizer::from_gguf(gpt2));
-    all.push_back(with_pre(gpt2, "llama-bpe"));
-    all.push_back(with_pre(gpt2, "qwen2"));
+    // One name of every other rule.
+    std::set<ember::tok::PreTokenizer> rules = {ember::tok::PreTokenizer::gpt2};
+    for (const std::string_view name : ember::tok::supported_pre_tokenizers()) {
+      const auto tok = with_pre(gpt2, std::string(name));
+      if (rules.insert(tok.pre_tokenizer()).second) all.push_back(tok);
+    }
   }
 };
 
@@ -73,7 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Vocabularies vocabularies;
   if (size == 0) return 0;
   const uint8_t selector = data[0];
-  const auto& tok = vocabularies.all[selector % vocabularies.all.size()];
+  const size_t index = (selector & 0x0F) | ((selector & 0xC0) >> 2);
+  const auto& tok = vocabularies.all[index % vocabularies.all.size()];
   const bool parse_special = (selector & 0x10) != 0;
   const bool add_bos = (selector & 0x20) != 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);

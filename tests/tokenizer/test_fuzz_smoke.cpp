@@ -40,8 +40,8 @@ TEST_CASE("fuzz target: awkward inputs on every vocabulary", "[fuzz]") {
       "'s't're've'm'll'd'S'T'RE",
       "\xE2\x96\x81\xE2\x96\x81 \xE2\x96",
   };
-  for (uint8_t selector = 0; selector < 64; ++selector) {
-    for (const auto& text : texts) run(selector, text);
+  for (int selector = 0; selector < 256; ++selector) {
+    for (const auto& text : texts) run(static_cast<uint8_t>(selector), text);
   }
 }
 

@@ -54,13 +54,39 @@ TEST_CASE("vocab errors: unsupported tokenizer model and pre-tokenizer", "[vocab
   t5.model = "t5";
   expect_error(t5.build(), ErrorCode::unsupported, "'t5'");
 
-  VocabBuilder deepseek = small_bpe("deepseek-llm");
-  deepseek.extra.add_string_array("tokenizer.ggml.merges", {"a b"});
-  expect_error(deepseek.build(), ErrorCode::unsupported, "'deepseek-llm'");
+  VocabBuilder unknown = small_bpe("no-such-rule");
+  unknown.extra.add_string_array("tokenizer.ggml.merges", {"a b"});
+  expect_error(unknown.build(), ErrorCode::unsupported,
+               "pre-tokenizer 'no-such-rule' (tokenizer.ggml.pre) is not supported");
+}
 
+TEST_CASE("vocab: a BPE vocabulary without tokenizer.ggml.pre gets the default rule and a warning", "[vocab]") {
   VocabBuilder no_pre = small_bpe("");
   no_pre.extra.add_string_array("tokenizer.ggml.merges", {"a b"});
-  expect_error(no_pre.build(), ErrorCode::unsupported, "tokenizer.ggml.pre");
+  const ember::gguf::File file = no_pre.build();
+  std::vector<std::pair<ember::LogLevel, std::string>> messages;
+  const Tokenizer tok = Tokenizer::from_gguf(
+      file, [&](ember::LogLevel level, std::string_view message) { messages.emplace_back(level, message); });
+  CHECK(tok.pre_tokenizer() == ember::tok::PreTokenizer::default_bpe);
+  REQUIRE(messages.size() == 1);
+  CHECK(messages[0].first == ember::LogLevel::warning);
+  CHECK(messages[0].second.find("without 'tokenizer.ggml.pre': using the default pre-tokenizer rule") !=
+        std::string::npos);
+  CHECK(tok.encode("ab", false, false) == std::vector<int32_t>{2});
+
+  // No callback, or one that throws: the load still succeeds.
+  CHECK(Tokenizer::from_gguf(file).pre_tokenizer() == ember::tok::PreTokenizer::default_bpe);
+  const auto throwing = [](ember::LogLevel, std::string_view) { throw std::runtime_error("host log failed"); };
+  CHECK(Tokenizer::from_gguf(file, throwing).pre_tokenizer() == ember::tok::PreTokenizer::default_bpe);
+
+  // A named rule logs nothing.
+  messages.clear();
+  VocabBuilder named = small_bpe("deepseek-llm");
+  named.extra.add_string_array("tokenizer.ggml.merges", {"a b"});
+  const Tokenizer deepseek = Tokenizer::from_gguf(
+      named.build(), [&](ember::LogLevel level, std::string_view message) { messages.emplace_back(level, message); });
+  CHECK(deepseek.pre_tokenizer() == ember::tok::PreTokenizer::deepseek_llm);
+  CHECK(messages.empty());
 }
 
 TEST_CASE("vocab errors: missing or mistyped arrays", "[vocab][errors]") {
