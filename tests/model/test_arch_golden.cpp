@@ -1,0 +1,198 @@
+// The families added after llama/qwen/gemma3 (gemma2, granite, olmo2, phi3) against
+// llama.cpp's logits for small random-weight models (tests/data/arch, README.md there):
+// every file at every CPU kernel level and on the reference backend, within the golden
+// tolerances of ../shared/golden/README.md. Then the typed errors for files of these
+// families that lack what they need.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/reference/reference_backend.hpp"
+#include "common/catch.hpp"
+#include "common/expect_error.hpp"
+#include "common/paths.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "gguf/gguf.hpp"
+#include "kv/kv_cache.hpp"
+#include "model/forward.hpp"
+#include "model/golden.hpp"
+#include "model/loaded_model.hpp"
+
+using namespace ember;
+
+namespace {
+
+std::filesystem::path arch_dir() { return test::data_dir() / "arch"; }
+
+// ../shared/golden/README.md: F16 maxrel <= 5e-3 with >= 98 % of argmaxes agreeing;
+// 8- and 4-bit formats <= 5e-2 with >= 90 %.
+struct Tolerance {
+  double maxrel, argmax;
+};
+Tolerance tolerance_for(const std::string& name) {
+  return name.ends_with("-F16") ? Tolerance{5e-3, 0.98} : Tolerance{5e-2, 0.90};
+}
+
+// The golden sequence: the prompt as one batch, then the greedy tokens one at a time,
+// with the cache in F16 as llama.cpp keeps it. max_seq_tokens 128 matches the n_ctx
+// llama.cpp ran with (which picks phi3's long LongRoPE factors: 128 > 32).
+std::vector<float> run_sequence(const model::LoadedModel& model, backend::Backend& be, const test::GoldenCase& g) {
+  kv::CacheConfig cfg;
+  cfg.n_layer = model.hparams.n_layer;
+  cfg.k_width = cfg.v_width = int64_t(model.hparams.n_head_kv) * model.hparams.head_dim_k;
+  cfg.storage = quant::DType::f16;
+  cfg.max_tokens = cfg.max_seq_tokens = 128;
+  kv::KVCache cache(be, cfg);
+  model::Forward forward(model.hparams, model.weights, be);
+  std::vector<float> all, logits;
+  std::vector<model::BatchToken> batch;
+  for (size_t i = 0; i < g.prompt.size(); ++i) batch.push_back({g.prompt[i], int32_t(i), 0, true});
+  REQUIRE(forward.run(cache, batch, logits) == batch.size());
+  all = logits;
+  for (size_t i = 0; i < g.greedy.size(); ++i) {
+    const model::BatchToken t{g.greedy[i], int32_t(g.prompt.size() + i), 0, true};
+    REQUIRE(forward.run(cache, std::span(&t, 1), logits) == 1);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+void check_file(const std::string& name) {
+  const test::GoldenCase g = test::read_golden(arch_dir(), name);
+  const Tolerance tol = tolerance_for(name);
+  const auto check = [&](backend::Backend& be, const std::string& level) {
+    INFO(name << " on " << level);
+    auto model = model::LoadedModel::open(arch_dir() / (name + ".gguf"), be);
+    REQUIRE(model->hparams.n_vocab == g.vocab);
+    const std::vector<float> ours = run_sequence(*model, be, g);
+    REQUIRE(ours.size() == g.logits.size());
+    const test::Agreement a = test::compare_logits(ours, g.logits, g.vocab);
+    std::printf("arch golden %-14s %-9s maxrel %.3e (limit %.0e)  argmax agreement %5.1f %% (limit %.0f %%)\n",
+                name.c_str(), level.c_str(), a.maxrel, tol.maxrel, 100.0 * a.argmax_agree, 100.0 * tol.argmax);
+    CHECK(a.maxrel <= tol.maxrel);
+    CHECK(a.argmax_agree >= tol.argmax);
+  };
+  for (const cpu::Isa isa : cpu::available_isas()) {
+    auto be = cpu::make_cpu_backend({.threads = 2, .isa = isa});
+    check(*be, std::string(cpu::isa_name(isa)));
+  }
+  auto ref = reference::make_reference_backend();
+  check(*ref, "reference");
+}
+
+// A copy of a test model with metadata and tensors changed: `drop` names keys or
+// tensors to leave out, `set_float` replaces (or adds) f32 keys, `set_string` strings.
+std::vector<std::byte> edited(const std::string& name, const std::vector<std::string>& drop,
+                              const std::vector<std::pair<std::string, float>>& set_float = {},
+                              const std::vector<std::pair<std::string, std::string>>& set_string = {}) {
+  const gguf::File f = gguf::File::open(arch_dir() / (name + ".gguf"));
+  const auto dropped = [&](const std::string& s) { return std::find(drop.begin(), drop.end(), s) != drop.end(); };
+  gguf::Writer w;
+  for (const gguf::KeyValue& kv : f.metadata()) {
+    if (dropped(kv.key) || kv.key == "general.alignment") continue;
+    bool replaced = false;
+    for (const auto& [key, v] : set_float) replaced = replaced || key == kv.key;
+    for (const auto& [key, v] : set_string) replaced = replaced || key == kv.key;
+    if (!replaced) w.add(kv.key, kv.value);
+  }
+  for (const auto& [key, v] : set_float) w.add_float32(key, v);
+  for (const auto& [key, v] : set_string) w.add_string(key, v);
+  for (const gguf::TensorInfo& t : f.tensors())
+    if (!dropped(t.name)) w.add_tensor(t.name, t.type, t.shape, std::span(t.data, size_t(t.n_bytes)));
+  return w.to_bytes();
+}
+
+void expect_load_error(std::vector<std::byte> bytes, ErrorCode code, const std::string& needle) {
+  auto be = reference::make_reference_backend();
+  test::expect_error(
+      [&] {
+        model::LoadedModel::from_file(std::make_shared<const gguf::File>(gguf::File::from_bytes(std::move(bytes))),
+                                      *be);
+      },
+      code, needle);
+}
+
+}  // namespace
+
+TEST_CASE("arch golden gemma2-F16", "[golden][arch]") { check_file("gemma2-F16"); }
+TEST_CASE("arch golden gemma2-Q8_0", "[golden][arch]") { check_file("gemma2-Q8_0"); }
+TEST_CASE("arch golden gemma2-Q4_0", "[golden][arch]") { check_file("gemma2-Q4_0"); }
+TEST_CASE("arch golden granite-F16", "[golden][arch]") { check_file("granite-F16"); }
+TEST_CASE("arch golden granite-Q8_0", "[golden][arch]") { check_file("granite-Q8_0"); }
+TEST_CASE("arch golden granite-Q4_0", "[golden][arch]") { check_file("granite-Q4_0"); }
+TEST_CASE("arch golden olmo2-F16", "[golden][arch]") { check_file("olmo2-F16"); }
+TEST_CASE("arch golden olmo2-Q8_0", "[golden][arch]") { check_file("olmo2-Q8_0"); }
+TEST_CASE("arch golden olmo2-Q4_0", "[golden][arch]") { check_file("olmo2-Q4_0"); }
+TEST_CASE("arch golden phi3-F16", "[golden][arch]") { check_file("phi3-F16"); }
+TEST_CASE("arch golden phi3-Q8_0", "[golden][arch]") { check_file("phi3-Q8_0"); }
+TEST_CASE("arch golden phi3-Q4_0", "[golden][arch]") { check_file("phi3-Q4_0"); }
+
+TEST_CASE("arch: each family's metadata is read from the file", "[arch]") {
+  const auto hparams = [](const std::string& name) {
+    return model::HParams::from_gguf(gguf::File::open(arch_dir() / (name + "-F16.gguf")));
+  };
+  const model::HParams gemma2 = hparams("gemma2");
+  CHECK(gemma2.attn_softcap == 1.5f);
+  CHECK(gemma2.final_softcap == 6.0f);
+  CHECK(gemma2.head_dim_k == 32);
+  CHECK(gemma2.layers[0].sliding);
+  CHECK(gemma2.layers[0].window == 16);
+  CHECK_FALSE(gemma2.layers[1].sliding);
+  CHECK(gemma2.layers[0].rope_base == gemma2.layers[1].rope_base);
+  const model::HParams granite = hparams("granite");
+  CHECK(granite.embedding_scale == 3.0f);
+  CHECK(granite.residual_scale == 0.5f);
+  CHECK(granite.attention_scale == 0.4f);
+  CHECK(granite.logit_scale == 2.0f);
+  const model::HParams phi3 = hparams("phi3");
+  CHECK(phi3.n_rot == 12);
+  CHECK(phi3.head_dim_k == 16);
+  CHECK(phi3.n_ctx_orig == 32);
+  CHECK(phi3.rope_mscale == 1.25f);
+  // Gemma 2 without soft-capping keys gets the published 50 and 30; without a window, 4096.
+  const gguf::File bare = gguf::File::from_bytes(edited(
+      "gemma2-F16", {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping", "gemma2.attention.sliding_window"}));
+  const model::HParams defaults = model::HParams::from_gguf(bare);
+  CHECK(defaults.attn_softcap == 50.0f);
+  CHECK(defaults.final_softcap == 30.0f);
+  CHECK(defaults.layers[0].window == 4096);
+}
+
+TEST_CASE("arch: an unsupported architecture fails with a typed error", "[arch]") {
+  expect_load_error(edited("olmo2-F16", {}, {}, {{"general.architecture", "qwen3moe"}}), ErrorCode::unsupported,
+                    "architecture 'qwen3moe' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, "
+                    "granite, olmo2, phi3)");
+}
+
+TEST_CASE("arch: missing or bad metadata of the new families fails with a typed error", "[arch]") {
+  for (const char* key : {"granite.embedding_scale", "granite.residual_scale", "granite.logit_scale",
+                          "granite.attention.scale"}) {
+    INFO(key);
+    expect_load_error(edited("granite-F16", {key}), ErrorCode::malformed_file,
+                      std::string("missing required metadata key '") + key + "'");
+  }
+  expect_load_error(edited("granite-F16", {}, {{"granite.logit_scale", 0.0f}}), ErrorCode::malformed_file,
+                    "metadata key 'granite.logit_scale' = 0 must be a positive number");
+  expect_load_error(edited("granite-F16", {}, {{"granite.attention.scale", -1.0f}}), ErrorCode::malformed_file,
+                    "metadata key 'granite.attention.scale' = -1 must be >= 0");
+  expect_load_error(edited("gemma2-F16", {}, {{"gemma2.attn_logit_softcapping", 0.0f}}), ErrorCode::malformed_file,
+                    "soft-capping values 0 and 6 must be positive");
+  expect_load_error(edited("phi3-F16", {}, {{"phi3.rope.scaling.attn_factor", -2.0f}}), ErrorCode::malformed_file,
+                    "rope.scaling.attn_factor -2 must be positive");
+}
+
+TEST_CASE("arch: missing tensors of the new families fail with a typed error", "[arch]") {
+  expect_load_error(edited("phi3-F16", {"blk.1.attn_qkv.weight"}), ErrorCode::malformed_file,
+                    "missing tensor 'blk.1.attn_qkv.weight'");
+  expect_load_error(edited("olmo2-F16", {"blk.0.attn_q_norm.weight"}), ErrorCode::malformed_file,
+                    "missing tensor 'blk.0.attn_q_norm.weight'");
+  expect_load_error(edited("olmo2-F16", {"blk.1.post_ffw_norm.weight"}), ErrorCode::malformed_file,
+                    "missing tensor 'blk.1.post_ffw_norm.weight'");
+  expect_load_error(edited("gemma2-F16", {"blk.0.post_attention_norm.weight"}), ErrorCode::malformed_file,
+                    "missing tensor 'blk.0.post_attention_norm.weight'");
+  expect_load_error(edited("phi3-F16", {"rope_factors_short.weight"}), ErrorCode::malformed_file,
+                    "rope_factors_long.weight and rope_factors_short.weight come in pairs");
+}
