@@ -212,10 +212,14 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
     const Tensor& rope_factors =
         cache.config().max_seq_tokens > hp_.n_ctx_orig ? w_.rope_long : w_.rope_short;
     const auto rope_params = [&](const LayerParams& lp, int n_head) {
-      backend::RopeParams r{n_head, hd, hp_.n_rot, hp_.arch->rope_mode, lp.rope_base, lp.rope_scale};
-      r.mscale = hp_.rope_mscale;
-      r.freq_factors = rope_factors;
-      return r;
+      return backend::RopeParams{.n_head = n_head,
+                                 .head_dim = hd,
+                                 .n_rot = hp_.n_rot,
+                                 .mode = hp_.arch->rope_mode,
+                                 .freq_base = lp.rope_base,
+                                 .freq_scale = lp.rope_scale,
+                                 .mscale = hp_.rope_mscale,
+                                 .freq_factors = rope_factors};
     };
 
     // StreamingLLM sinks that moved: their keys are rotated again from the original.
