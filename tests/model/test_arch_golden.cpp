@@ -1,11 +1,16 @@
 // The families added after llama/qwen/gemma3 (gemma2, granite, olmo2, phi3) against
 // llama.cpp's logits for small random-weight models (tests/data/arch, README.md there):
 // every file at every CPU kernel level and on the reference backend, within the golden
-// tolerances of ../shared/golden/README.md. Then the typed errors for files of these
-// families that lack what they need.
+// tolerances of ../shared/golden/README.md; that each family's difference shows in the
+// logits; rope with LongRoPE factors; the typed errors for files of these families that
+// lack what they need; and that the files are what bench/model_writer.cpp writes.
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +19,7 @@
 #include "backend/op_helpers.hpp"
 #include "backend/ops/rope.hpp"
 #include "backend/reference/reference_backend.hpp"
+#include "bench/model_writer.hpp"
 #include "common/catch.hpp"
 #include "common/expect_error.hpp"
 #include "common/paths.hpp"
@@ -23,6 +29,7 @@
 #include "model/forward.hpp"
 #include "model/golden.hpp"
 #include "model/loaded_model.hpp"
+#include "quant/quant.hpp"
 
 using namespace ember;
 
@@ -77,9 +84,12 @@ void check_file(const std::string& name) {
                 name.c_str(), level.c_str(), a.maxrel, tol.maxrel, 100.0 * a.argmax_agree, 100.0 * tol.argmax);
     CHECK(a.maxrel <= tol.maxrel);
     CHECK(a.argmax_agree >= tol.argmax);
+    // All-Q8_0 files are bit-identical on the CPU, as for the other families (the
+    // kernels follow llama.cpp's order for Q8_0: docs/model.md).
+    if (name.ends_with("-Q8_0") && level != "reference") CHECK(ours == g.logits);
   };
   for (const cpu::Isa isa : cpu::available_isas()) {
-    auto be = cpu::make_cpu_backend({.threads = 2, .isa = isa});
+    auto be = cpu::make_cpu_backend({2, isa});
     check(*be, std::string(cpu::isa_name(isa)));
   }
   auto ref = reference::make_reference_backend();
@@ -118,7 +128,20 @@ void expect_load_error(std::vector<std::byte> bytes, ErrorCode code, const std::
       code, needle);
 }
 
+// maxrel of a (possibly edited) copy of `name` against `name`'s llama.cpp logits, on
+// the best CPU level.
+double maxrel_of(const std::string& name, std::vector<std::byte> bytes) {
+  const test::GoldenCase g = test::read_golden(arch_dir(), name);
+  cpu::CpuBackendOptions options;
+  options.threads = 2;
+  auto be = cpu::make_cpu_backend(options);
+  auto model =
+      model::LoadedModel::from_file(std::make_shared<const gguf::File>(gguf::File::from_bytes(std::move(bytes))), *be);
+  return test::compare_logits(run_sequence(*model, *be, g), g.logits, g.vocab).maxrel;
+}
+
 }  // namespace
+
 
 TEST_CASE("arch golden gemma2-F16", "[golden][arch]") { check_file("gemma2-F16"); }
 TEST_CASE("arch golden gemma2-Q8_0", "[golden][arch]") { check_file("gemma2-Q8_0"); }
@@ -246,9 +269,60 @@ TEST_CASE("arch: rope with frequency factors and mscale follows the formula", "[
                        ErrorCode::invalid_argument, "freq_factors");
   };
   for (const cpu::Isa isa : cpu::available_isas()) {
-    auto be = cpu::make_cpu_backend({.threads = 1, .isa = isa});
+    auto be = cpu::make_cpu_backend({1, isa});
     check(*be, std::string(cpu::isa_name(isa)));
   }
   auto ref = reference::make_reference_backend();
   check(*ref, "reference");
+}
+
+// Each family's difference changes these files' logits well beyond the tolerances, so
+// the golden cases above would catch it missing: the Q8_0 files (which ember reproduces
+// bit for bit on the CPU) with one difference turned off no longer match.
+TEST_CASE("arch: each difference shows in the logits", "[arch]") {
+  using F = std::vector<std::pair<std::string, float>>;
+  CHECK(maxrel_of("gemma2-Q8_0", edited("gemma2-Q8_0", {})) == 0.0);
+  CHECK(maxrel_of("gemma2-Q8_0", edited("gemma2-Q8_0", {}, F{{"gemma2.attn_logit_softcapping", 1e4f}})) > 5e-2);
+  CHECK(maxrel_of("gemma2-Q8_0", edited("gemma2-Q8_0", {}, F{{"gemma2.final_logit_softcapping", 1e4f}})) > 5e-2);
+  // Without the key the window is 4096: no token of the 64 falls out of it.
+  CHECK(maxrel_of("gemma2-Q8_0", edited("gemma2-Q8_0", {"gemma2.attention.sliding_window"})) > 5e-2);
+  CHECK(maxrel_of("granite-Q8_0", edited("granite-Q8_0", {}, F{{"granite.embedding_scale", 1.0f}})) > 5e-2);
+  CHECK(maxrel_of("granite-Q8_0", edited("granite-Q8_0", {}, F{{"granite.residual_scale", 1.0f}})) > 5e-2);
+  CHECK(maxrel_of("granite-Q8_0", edited("granite-Q8_0", {}, F{{"granite.attention.scale", 0.0f}})) > 5e-2);
+  CHECK(maxrel_of("granite-Q8_0", edited("granite-Q8_0", {}, F{{"granite.logit_scale", 1.0f}})) > 5e-2);
+  CHECK(maxrel_of("phi3-Q8_0", edited("phi3-Q8_0", {}, F{{"phi3.rope.scaling.attn_factor", 1.0f}})) > 5e-2);
+  CHECK(maxrel_of("phi3-Q8_0", edited("phi3-Q8_0", {"rope_factors_long.weight", "rope_factors_short.weight"})) >
+        5e-2);
+  // Short factors instead of long ones: the original context no longer below the cache's 128.
+  CHECK(maxrel_of("phi3-Q8_0", edited("phi3-Q8_0", {"phi3.rope.scaling.original_context_length"})) > 5e-2);
+}
+
+// The committed files come from bench/model_writer.cpp: its F32 model, rounded to F16
+// here, has the bytes of the F16 file llama-quantize made from it (README.md there).
+TEST_CASE("arch: the test models are write_arch_test_model's", "[arch]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  for (const char* arch : {"gemma2", "granite", "olmo2", "phi3"}) {
+    INFO(arch);
+    const std::filesystem::path path = dir / fmt::format("ember-arch-test-{}-{}.gguf", arch, ::getpid());
+    bench::write_arch_test_model(arch, 1, path);
+    const gguf::File fresh = gguf::File::open(path);
+    const gguf::File f16 = gguf::File::open(arch_dir() / (std::string(arch) + "-F16.gguf"));
+    REQUIRE(fresh.tensors().size() == f16.tensors().size());
+    for (const gguf::TensorInfo& t : fresh.tensors()) {
+      const gguf::TensorInfo& c = f16.tensor(t.name);
+      REQUIRE(c.shape == t.shape);
+      std::vector<std::byte> want(size_t(c.n_bytes));
+      if (c.type == quant::DType::f16) {
+        for (int64_t r = 0; r < t.rows(); ++r)
+          quant::quantize_row(quant::DType::f16, reinterpret_cast<const float*>(t.data) + r * t.cols(),
+                              want.data() + size_t(r) * quant::row_bytes(quant::DType::f16, t.cols()), t.cols());
+      } else {
+        std::memcpy(want.data(), t.data, want.size());
+      }
+      CHECK(std::memcmp(want.data(), c.data, want.size()) == 0);
+    }
+    std::filesystem::remove(path);
+  }
+  test::expect_error([&] { bench::write_arch_test_model("qwen3moe", 1, dir / "never-written.gguf"); },
+                     ErrorCode::invalid_argument, "no test model for architecture 'qwen3moe'");
 }
