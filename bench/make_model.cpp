@@ -3,7 +3,7 @@
 //
 //   ember-make-model --preset tinyllama-1.1b --type q4_k_m -o ~/.cache/ember/bench/tinyllama-1.1b-Q4_K_M.gguf
 //
-// --arch gemma2|granite|olmo2|phi3 writes the small F32 test model of that family
+// --arch gemma2|granite|olmo2|phi3|qwen3moe writes the small F32 test model of that family
 // instead (bench/model_writer.hpp, write_arch_test_model); only --seed applies.
 //
 // Shape options override the preset's values.
@@ -21,7 +21,7 @@ namespace {
 void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: ember-make-model [--arch llama] [--preset tinyllama-1.1b|tiny] --type TYPE -o FILE\n"
-               "       ember-make-model --arch gemma2|granite|olmo2|phi3 [--seed N] -o FILE   (F32 test model)\n"
+               "       ember-make-model --arch gemma2|granite|olmo2|phi3|qwen3moe [--seed N] -o FILE   (F32 test model)\n"
                "                        [--n-embd N] [--n-ff N] [--n-layer N] [--n-head N] [--n-head-kv N]\n"
                "                        [--n-vocab N] [--n-ctx N] [--seed N]\n"
                "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k\n"
@@ -62,8 +62,9 @@ int main(int argc, char** argv) {
     }
     const std::string value = argv[++i];
     if (arg == "--arch") {
-      if (value != "llama" && value != "gemma2" && value != "granite" && value != "olmo2" && value != "phi3") {
-        std::fprintf(stderr, "ember-make-model: --arch must be llama, gemma2, granite, olmo2 or phi3\n");
+      if (value != "llama" && value != "gemma2" && value != "granite" && value != "olmo2" && value != "phi3" &&
+          value != "qwen3moe") {
+        std::fprintf(stderr, "ember-make-model: --arch must be llama, gemma2, granite, olmo2, phi3 or qwen3moe\n");
         return 2;
       }
       arch = value;

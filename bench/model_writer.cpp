@@ -244,12 +244,16 @@ std::vector<std::byte> f32_values(int64_t n, float sigma, std::mt19937& rng, flo
 
 void write_arch_test_model(std::string_view arch, uint32_t seed, const std::filesystem::path& path) {
   const bool gemma2 = arch == "gemma2", granite = arch == "granite", olmo2 = arch == "olmo2", phi3 = arch == "phi3";
-  require(gemma2 || granite || olmo2 || phi3, "no test model for architecture '{}' (gemma2, granite, olmo2, phi3)",
-          arch);
+  const bool moe = arch == "qwen3moe";
+  require(gemma2 || granite || olmo2 || phi3 || moe,
+          "no test model for architecture '{}' (gemma2, granite, olmo2, phi3, qwen3moe)", arch);
   constexpr int64_t n_embd = 64, n_ff = 192, n_vocab = 320, n_ctx = 4096;
   constexpr int n_layer = 2, n_head = 4, n_head_kv = 2;
   // Gemma 2's heads are wider than n_embd / n_head (as in the 2B and 9B models).
-  const int64_t head_dim = gemma2 ? 32 : n_embd / n_head;
+  // Qwen3-MoE: 4 experts of width 32, 2 per token, heads of 32 with per-head Q/K norms.
+  constexpr int n_expert = 4, n_expert_used = 2;
+  constexpr int64_t n_ff_exp = 32;
+  const int64_t head_dim = gemma2 || moe ? 32 : n_embd / n_head;
   const int64_t q_rows = n_head * head_dim, kv_rows = n_head_kv * head_dim;
   // Phi-3: partial rotary (12 of 16 dims), as Phi-4-mini's partial_rotary_factor.
   const int64_t n_rot = phi3 ? 12 : head_dim;
@@ -269,6 +273,13 @@ void write_arch_test_model(std::string_view arch, uint32_t seed, const std::file
   w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.add_uint32(p + "rope.dimension_count", uint32_t(n_rot));
   w.add_float32(p + "rope.freq_base", 10000.0f);
+  if (moe) {
+    w.add_uint32(p + "attention.key_length", uint32_t(head_dim));
+    w.add_uint32(p + "attention.value_length", uint32_t(head_dim));
+    w.add_uint32(p + "expert_count", n_expert);
+    w.add_uint32(p + "expert_used_count", n_expert_used);
+    w.add_uint32(p + "expert_feed_forward_length", uint32_t(n_ff_exp));
+  }
   if (gemma2) {
     w.add_uint32(p + "attention.key_length", uint32_t(head_dim));
     w.add_uint32(p + "attention.value_length", uint32_t(head_dim));
@@ -318,16 +329,31 @@ void write_arch_test_model(std::string_view arch, uint32_t seed, const std::file
       norm(blk + "attn_q_norm.weight", q_rows);
       norm(blk + "attn_k_norm.weight", kv_rows);
     }
+    if (moe) {
+      norm(blk + "attn_q_norm.weight", head_dim);
+      norm(blk + "attn_k_norm.weight", head_dim);
+    }
     matrix(blk + "attn_output.weight", n_embd, q_rows);
     if (gemma2 || olmo2) norm(blk + "post_attention_norm.weight", n_embd);
     if (!olmo2) norm(blk + "ffn_norm.weight", n_embd);
-    if (phi3) {
+    if (moe) {
+      // Router scores of standard deviation ~2, so that the choice of experts is rarely close.
+      w.add_tensor(blk + "ffn_gate_inp.weight", DType::f32, {n_embd, n_expert},
+                   f32_values(n_expert * n_embd, 2.0f / std::sqrt(float(n_embd)), rng));
+      const auto experts = [&](const std::string& name, int64_t rows, int64_t cols) {
+        w.add_tensor(name, DType::f32, {cols, rows, n_expert},
+                     f32_values(n_expert * rows * cols, 1.0f / std::sqrt(float(cols)), rng));
+      };
+      experts(blk + "ffn_gate_exps.weight", n_ff_exp, n_embd);
+      experts(blk + "ffn_up_exps.weight", n_ff_exp, n_embd);
+      experts(blk + "ffn_down_exps.weight", n_embd, n_ff_exp);
+    } else if (phi3) {
       matrix(blk + "ffn_up.weight", 2 * n_ff, n_embd);   // gate rows, then up rows
     } else {
       matrix(blk + "ffn_gate.weight", n_ff, n_embd);
       matrix(blk + "ffn_up.weight", n_ff, n_embd);
     }
-    matrix(blk + "ffn_down.weight", n_embd, n_ff);
+    if (!moe) matrix(blk + "ffn_down.weight", n_embd, n_ff);
     if (gemma2 || olmo2) norm(blk + "post_ffw_norm.weight", n_embd);
   }
   norm("output_norm.weight", n_embd);

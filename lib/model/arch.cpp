@@ -10,10 +10,12 @@ using backend::RopeMode;
 
 // Facts per family from the reference implementations (Hugging Face transformers
 // configs; llama.cpp's model table for the GGUF tensor and key names).
-constexpr std::array<ArchTraits, 8> kArchs{{
+constexpr std::array<ArchTraits, 9> kArchs{{
     {.name = "llama"},
     {.name = "qwen2", .rope_mode = RopeMode::neox},
     {.name = "qwen3", .rope_mode = RopeMode::neox, .qk_norm = QkNorm::per_head},
+    // Qwen3-MoE: qwen3's attention, a routed mixture of experts instead of the FFN.
+    {.name = "qwen3moe", .rope_mode = RopeMode::neox, .qk_norm = QkNorm::per_head, .moe = true},
     // Gemma 2: every other layer local (window 4096 unless GGUF says otherwise), the
     // same rope on all layers; attention scores and logits soft-capped with tanh.
     {.name = "gemma2",

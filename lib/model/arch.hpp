@@ -35,6 +35,7 @@ struct ArchTraits {
   bool granite_scales = false;     // embedding, residual, attention and logit multipliers from GGUF (granite)
   bool fused_projections = false;  // attn_qkv holds Q, K, V rows; ffn_up holds gate then up rows (phi3)
   bool rope_factors = false;       // LongRoPE factors rope_factors_long/short (optional tensors, phi3)
+  bool moe = false;                // mixture-of-experts FFN (lib/model/moe.hpp) instead of the dense one (qwen3moe)
 };
 
 // The traits of an architecture name; nullptr when ember does not support it.

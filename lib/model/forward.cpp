@@ -13,6 +13,7 @@
 #include "backend/ops/rms_norm.hpp"
 #include "backend/ops/rope.hpp"
 #include "common/fail.hpp"
+#include "model/moe.hpp"
 
 namespace ember::model {
 
@@ -32,6 +33,7 @@ struct Forward::Workspace {
   Tensor k, v;                                  // [n, n_head_kv * hd]
   Tensor gate, up;                              // [n, n_ff]
   Tensor x_out, logits;                         // [n_out, n_embd], [n_out, n_vocab]
+  MoeScratch moe;                               // [n, ...] for MoE families, 1 row otherwise
 };
 
 Forward::Forward(const HParams& hp, const Weights& weights, backend::Backend& backend, int max_batch)
@@ -61,6 +63,7 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
   const bool with_scores = scores || ws.scores;
   const int64_t q_width = int64_t(hp_.n_head) * hp_.head_dim_k;
   const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
+  const int64_t moe_cap = hp_.arch->moe ? cap : 1;
 
   struct Item {
     Tensor* tensor;
@@ -78,6 +81,12 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
       {&ws.k, DType::f32, cap, kv_width},      {&ws.v, DType::f32, cap, kv_width},
       {&ws.gate, DType::f32, cap, hp_.n_ff},   {&ws.up, DType::f32, cap, hp_.n_ff},
       {&ws.x_out, DType::f32, out_cap, hp_.n_embd}, {&ws.logits, DType::f32, out_cap, n_logits_},
+      {&ws.moe.router, DType::f32, moe_cap, std::max(hp_.n_expert, 1)},
+      {&ws.moe.rows, DType::i32, moe_cap, 1},
+      {&ws.moe.in, DType::f32, moe_cap, hp_.n_embd},
+      {&ws.moe.gate, DType::f32, moe_cap, std::max<int64_t>(hp_.n_ff_exp, 1)},
+      {&ws.moe.up, DType::f32, moe_cap, std::max<int64_t>(hp_.n_ff_exp, 1)},
+      {&ws.moe.down, DType::f32, moe_cap, hp_.n_embd},
   };
   constexpr size_t kAlign = 64;
   size_t total = 0;
@@ -320,10 +329,14 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       // ---- feed-forward block ----
       if (!L.ffn_norm.empty()) ops::rms_norm(be_, x, L.ffn_norm, hp_.rms_eps, h);
       const Tensor& ffn_in = L.ffn_norm.empty() ? x : h;
-      ops::matmul(be_, L.w_gate, ffn_in, gate);
-      ops::matmul(be_, L.w_up, ffn_in, up);
-      ops::glu(be_, gate, up, hp_.arch->ffn_activation, gate);
-      ops::matmul(be_, L.w_down, gate, h);
+      if (hp_.arch->moe) {
+        moe_ffn(be_, hp_, L, ffn_in, ws.moe, h);
+      } else {
+        ops::matmul(be_, L.w_gate, ffn_in, gate);
+        ops::matmul(be_, L.w_up, ffn_in, up);
+        ops::glu(be_, gate, up, hp_.arch->ffn_activation, gate);
+        ops::matmul(be_, L.w_down, gate, h);
+      }
       if (!L.ffn_post_norm.empty()) ops::rms_norm(be_, h, L.ffn_post_norm, hp_.rms_eps, h);
       if (hp_.residual_scale != 1.0f) ops::scale(be_, h, hp_.residual_scale, h);
       ops::add(be_, x, h, x);

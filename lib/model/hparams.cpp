@@ -123,6 +123,16 @@ HParams HParams::from_gguf(const gguf::File& f) {
                       ? get_count(f, p + "rope.scaling.original_context_length", int64_t(1) << 24)
                       : hp.n_ctx_train;
 
+  if (hp.arch->moe) {
+    hp.n_expert = int(get_count(f, p + "expert_count", 1 << 12));
+    hp.n_expert_used = int(get_count(f, p + "expert_used_count", hp.n_expert));
+    hp.n_ff_exp = f.find(p + "expert_feed_forward_length")
+                      ? get_count(f, p + "expert_feed_forward_length", 1 << 22)
+                      : hp.n_ff / hp.n_expert_used;
+    if (hp.n_ff_exp <= 0)
+      fail(ErrorCode::malformed_file, "{}: expert feed-forward length is 0", f.name());
+  }
+
   int window = 0;
   if (hp.arch->swa_pattern > 0)
     window = hp.arch->swa_default_window > 0 && !f.find(p + "attention.sliding_window")

@@ -38,6 +38,9 @@ struct HParams {
   float attn_softcap = 0;    // 0: none; scores become c * tanh(scores / c) ({arch}.attn_logit_softcapping, gemma2)
   float final_softcap = 0;   // 0: none; logits become c * tanh(logits / c) ({arch}.final_logit_softcapping)
   float rope_mscale = 1;     // {arch}.rope.scaling.attn_factor: multiplies rope's cos and sin (LongRoPE)
+  int n_expert = 0;          // {arch}.expert_count (MoE families; 0: dense)
+  int n_expert_used = 0;     // {arch}.expert_used_count: experts per token
+  int64_t n_ff_exp = 0;      // {arch}.expert_feed_forward_length (default n_ff / n_expert_used)
   int64_t n_ctx_orig = 0;    // {arch}.rope.scaling.original_context_length (default n_ctx_train): LongRoPE
                              // uses its long factors when a sequence may hold more tokens
   std::vector<LayerParams> layers;

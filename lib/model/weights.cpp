@@ -30,6 +30,20 @@ class Loader {
     return backend::make_tensor(*data_, size_t(info.offset), info.type, rows, cols);
   }
 
+  // `n_expert` matrices [rows, cols] stacked in one GGUF tensor {cols, rows, n_expert},
+  // seen as one matrix [n_expert * rows, cols].
+  Tensor experts(const std::string& name, int64_t n_expert, int64_t rows, int64_t cols) {
+    const gguf::TensorInfo& info = file_.tensor(name);
+    if (info.shape != std::vector<int64_t>{cols, rows, n_expert})
+      fail(ErrorCode::malformed_file, "{}: tensor '{}' is not [{}, {}, {}] (GGUF order)", file_.name(), name, cols,
+           rows, n_expert);
+    if (!quant::type_info(info.type).weight_supported)
+      fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}, which ember cannot multiply", file_.name(), name,
+           quant::type_name(info.type));
+    bytes_ += info.n_bytes;
+    return backend::make_tensor(*data_, size_t(info.offset), info.type, n_expert * rows, cols);
+  }
+
   // A vector [1, n] as F32 (converted once when the file stores another type).
   Tensor vector(const std::string& name, int64_t n) {
     const gguf::TensorInfo& info = file_.tensor(name);
@@ -133,7 +147,12 @@ Weights Weights::load(const gguf::File& file, const HParams& hp, backend::Backen
       l.ffn_post_norm = load.vector(name("post_ffw_norm.weight"), n_embd);
     }
     if (hp.arch->pre_norms) l.ffn_norm = load.vector(name("ffn_norm.weight"), n_embd);
-    if (hp.arch->fused_projections) {
+    if (hp.arch->moe) {
+      l.ffn_gate_inp = load.matrix(name("ffn_gate_inp.weight"), hp.n_expert, n_embd);
+      l.exp_gate = load.experts(name("ffn_gate_exps.weight"), hp.n_expert, hp.n_ff_exp, n_embd);
+      l.exp_up = load.experts(name("ffn_up_exps.weight"), hp.n_expert, hp.n_ff_exp, n_embd);
+      l.exp_down = load.experts(name("ffn_down_exps.weight"), hp.n_expert, n_embd, hp.n_ff_exp);
+    } else if (hp.arch->fused_projections) {
       // Gate rows first, then up rows (llama.cpp's LLM_FFN_SWIGLU splits the row so).
       const Tensor gate_up = load.matrix(name("ffn_up.weight"), 2 * hp.n_ff, n_embd);
       l.w_gate = gate_up.slice_rows(0, hp.n_ff);
@@ -142,7 +161,7 @@ Weights Weights::load(const gguf::File& file, const HParams& hp, backend::Backen
       l.w_gate = load.matrix(name("ffn_gate.weight"), hp.n_ff, n_embd);
       l.w_up = load.matrix(name("ffn_up.weight"), hp.n_ff, n_embd);
     }
-    l.w_down = load.matrix(name("ffn_down.weight"), n_embd, hp.n_ff);
+    if (!hp.arch->moe) l.w_down = load.matrix(name("ffn_down.weight"), n_embd, hp.n_ff);
     w.layers.push_back(l);
   }
   w.bytes = load.bytes();

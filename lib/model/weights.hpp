@@ -31,6 +31,11 @@ struct LayerWeights {
   Tensor w_gate, w_up;     // [n_ff, n_embd] (phi3: the two row halves of ffn_up)
   Tensor w_down;           // [n_embd, n_ff]
   Tensor ffn_post_norm;    // optional [1, n_embd] (gemma3)
+  // Mixture of experts (qwen3moe) instead of w_gate/w_up/w_down: the router and the
+  // experts' matrices stacked, expert e owning rows [e * n, (e + 1) * n).
+  Tensor ffn_gate_inp;     // [n_expert, n_embd]
+  Tensor exp_gate, exp_up; // [n_expert * n_ff_exp, n_embd]
+  Tensor exp_down;         // [n_expert * n_embd, n_ff_exp]
 };
 
 struct Weights {

@@ -97,10 +97,12 @@ void check_file(const std::string& name) {
 }
 
 // A copy of a test model with metadata and tensors changed: `drop` names keys or
-// tensors to leave out, `set_float` replaces (or adds) f32 keys, `set_string` strings.
+// tensors to leave out, `set_float` replaces (or adds) f32 keys, `set_string` strings,
+// `set_uint` u32 keys.
 std::vector<std::byte> edited(const std::string& name, const std::vector<std::string>& drop,
                               const std::vector<std::pair<std::string, float>>& set_float = {},
-                              const std::vector<std::pair<std::string, std::string>>& set_string = {}) {
+                              const std::vector<std::pair<std::string, std::string>>& set_string = {},
+                              const std::vector<std::pair<std::string, uint32_t>>& set_uint = {}) {
   const gguf::File f = gguf::File::open(arch_dir() / (name + ".gguf"));
   const auto dropped = [&](const std::string& s) { return std::find(drop.begin(), drop.end(), s) != drop.end(); };
   gguf::Writer w;
@@ -109,10 +111,12 @@ std::vector<std::byte> edited(const std::string& name, const std::vector<std::st
     bool replaced = false;
     for (const auto& [key, v] : set_float) replaced = replaced || key == kv.key;
     for (const auto& [key, v] : set_string) replaced = replaced || key == kv.key;
+    for (const auto& [key, v] : set_uint) replaced = replaced || key == kv.key;
     if (!replaced) w.add(kv.key, kv.value);
   }
   for (const auto& [key, v] : set_float) w.add_float32(key, v);
   for (const auto& [key, v] : set_string) w.add_string(key, v);
+  for (const auto& [key, v] : set_uint) w.add_uint32(key, v);
   for (const gguf::TensorInfo& t : f.tensors())
     if (!dropped(t.name)) w.add_tensor(t.name, t.type, t.shape, std::span(t.data, size_t(t.n_bytes)));
   return w.to_bytes();
@@ -155,6 +159,9 @@ TEST_CASE("arch golden olmo2-Q4_0", "[golden][arch]") { check_file("olmo2-Q4_0")
 TEST_CASE("arch golden phi3-F16", "[golden][arch]") { check_file("phi3-F16"); }
 TEST_CASE("arch golden phi3-Q8_0", "[golden][arch]") { check_file("phi3-Q8_0"); }
 TEST_CASE("arch golden phi3-Q4_0", "[golden][arch]") { check_file("phi3-Q4_0"); }
+TEST_CASE("arch golden qwen3moe-F16", "[golden][arch]") { check_file("qwen3moe-F16"); }
+TEST_CASE("arch golden qwen3moe-Q8_0", "[golden][arch]") { check_file("qwen3moe-Q8_0"); }
+TEST_CASE("arch golden qwen3moe-Q4_0", "[golden][arch]") { check_file("qwen3moe-Q4_0"); }
 
 TEST_CASE("arch: each family's metadata is read from the file", "[arch]") {
   const auto hparams = [](const std::string& name) {
@@ -178,6 +185,13 @@ TEST_CASE("arch: each family's metadata is read from the file", "[arch]") {
   CHECK(phi3.head_dim_k == 16);
   CHECK(phi3.n_ctx_orig == 32);
   CHECK(phi3.rope_mscale == 1.25f);
+  const model::HParams moe = hparams("qwen3moe");
+  CHECK(moe.n_expert == 4);
+  CHECK(moe.n_expert_used == 2);
+  CHECK(moe.n_ff_exp == 32);
+  // Without expert_feed_forward_length: feed_forward_length / expert_used_count.
+  CHECK(model::HParams::from_gguf(gguf::File::from_bytes(edited("qwen3moe-F16", {"qwen3moe.expert_feed_forward_length"})))
+            .n_ff_exp == 192 / 2);
   // Gemma 2 without soft-capping keys gets the published 50 and 30; without a window, 4096.
   const gguf::File bare = gguf::File::from_bytes(edited(
       "gemma2-F16", {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping", "gemma2.attention.sliding_window"}));
@@ -188,9 +202,9 @@ TEST_CASE("arch: each family's metadata is read from the file", "[arch]") {
 }
 
 TEST_CASE("arch: an unsupported architecture fails with a typed error", "[arch]") {
-  expect_load_error(edited("olmo2-F16", {}, {}, {{"general.architecture", "qwen3moe"}}), ErrorCode::unsupported,
-                    "architecture 'qwen3moe' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, "
-                    "granite, olmo2, phi3)");
+  expect_load_error(edited("olmo2-F16", {}, {}, {{"general.architecture", "deepseek2"}}), ErrorCode::unsupported,
+                    "architecture 'deepseek2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma2, "
+                    "gemma3, granite, olmo2, phi3)");
 }
 
 TEST_CASE("arch: missing or bad metadata of the new families fails with a typed error", "[arch]") {
@@ -208,6 +222,17 @@ TEST_CASE("arch: missing or bad metadata of the new families fails with a typed 
                     "soft-capping values 0 and 6 must be positive");
   expect_load_error(edited("phi3-F16", {}, {{"phi3.rope.scaling.attn_factor", -2.0f}}), ErrorCode::malformed_file,
                     "rope.scaling.attn_factor -2 must be positive");
+  for (const char* key : {"qwen3moe.expert_count", "qwen3moe.expert_used_count"}) {
+    INFO(key);
+    expect_load_error(edited("qwen3moe-F16", {key}), ErrorCode::malformed_file,
+                      std::string("missing required metadata key '") + key + "'");
+  }
+  expect_load_error(edited("qwen3moe-F16", {}, {}, {}, {{"qwen3moe.expert_used_count", 5}}), ErrorCode::malformed_file,
+                    "metadata key 'qwen3moe.expert_used_count' = 5 is outside [1, 4]");
+  expect_load_error(edited("qwen3moe-F16", {}, {}, {}, {{"qwen3moe.expert_count", 3}}), ErrorCode::malformed_file,
+                    "tensor 'blk.0.ffn_gate_inp.weight' has shape [64, 4], expected [64, 3]");
+  expect_load_error(edited("qwen3moe-F16", {}, {}, {}, {{"qwen3moe.expert_feed_forward_length", 16}}),
+                    ErrorCode::malformed_file, "tensor 'blk.0.ffn_gate_exps.weight' is not [64, 16, 4] (GGUF order)");
 }
 
 TEST_CASE("arch: missing tensors of the new families fail with a typed error", "[arch]") {
@@ -219,6 +244,10 @@ TEST_CASE("arch: missing tensors of the new families fail with a typed error", "
                     "missing tensor 'blk.1.post_ffw_norm.weight'");
   expect_load_error(edited("gemma2-F16", {"blk.0.post_attention_norm.weight"}), ErrorCode::malformed_file,
                     "missing tensor 'blk.0.post_attention_norm.weight'");
+  expect_load_error(edited("qwen3moe-F16", {"blk.1.ffn_down_exps.weight"}), ErrorCode::malformed_file,
+                    "missing tensor 'blk.1.ffn_down_exps.weight'");
+  expect_load_error(edited("qwen3moe-F16", {"blk.0.ffn_gate_inp.weight"}), ErrorCode::malformed_file,
+                    "missing tensor 'blk.0.ffn_gate_inp.weight'");
   expect_load_error(edited("phi3-F16", {"rope_factors_short.weight"}), ErrorCode::malformed_file,
                     "rope_factors_long.weight and rope_factors_short.weight come in pairs");
 }
@@ -295,13 +324,15 @@ TEST_CASE("arch: each difference shows in the logits", "[arch]") {
         5e-2);
   // Short factors instead of long ones: the original context no longer below the cache's 128.
   CHECK(maxrel_of("phi3-Q8_0", edited("phi3-Q8_0", {"phi3.rope.scaling.original_context_length"})) > 5e-2);
+  // One expert per token instead of two.
+  CHECK(maxrel_of("qwen3moe-Q8_0", edited("qwen3moe-Q8_0", {}, {}, {}, {{"qwen3moe.expert_used_count", 1}})) > 5e-2);
 }
 
 // The committed files come from bench/model_writer.cpp: its F32 model, rounded to F16
 // here, has the bytes of the F16 file llama-quantize made from it (README.md there).
 TEST_CASE("arch: the test models are write_arch_test_model's", "[arch]") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  for (const char* arch : {"gemma2", "granite", "olmo2", "phi3"}) {
+  for (const char* arch : {"gemma2", "granite", "olmo2", "phi3", "qwen3moe"}) {
     INFO(arch);
     const std::filesystem::path path = dir / fmt::format("ember-arch-test-{}-{}.gguf", arch, ::getpid());
     bench::write_arch_test_model(arch, 1, path);
@@ -313,7 +344,7 @@ TEST_CASE("arch: the test models are write_arch_test_model's", "[arch]") {
       REQUIRE(c.shape == t.shape);
       std::vector<std::byte> want(size_t(c.n_bytes));
       if (c.type == quant::DType::f16) {
-        for (int64_t r = 0; r < t.rows(); ++r)
+        for (int64_t r = 0; r < t.n_elements / t.cols(); ++r)
           quant::quantize_row(quant::DType::f16, reinterpret_cast<const float*>(t.data) + r * t.cols(),
                               want.data() + size_t(r) * quant::row_bytes(quant::DType::f16, t.cols()), t.cols());
       } else {
@@ -323,6 +354,7 @@ TEST_CASE("arch: the test models are write_arch_test_model's", "[arch]") {
     }
     std::filesystem::remove(path);
   }
-  test::expect_error([&] { bench::write_arch_test_model("qwen3moe", 1, dir / "never-written.gguf"); },
-                     ErrorCode::invalid_argument, "no test model for architecture 'qwen3moe'");
+  test::expect_error([&] { bench::write_arch_test_model("deepseek2", 1, dir / "never-written.gguf"); },
+                     ErrorCode::invalid_argument,
+                     "no test model for architecture 'deepseek2' (gemma2, granite, olmo2, phi3, qwen3moe)");
 }
