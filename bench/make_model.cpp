@@ -3,6 +3,9 @@
 //
 //   ember-make-model --preset tinyllama-1.1b --type q4_k_m -o ~/.cache/ember/bench/tinyllama-1.1b-Q4_K_M.gguf
 //
+// --arch gemma2|granite|olmo2|phi3|qwen3moe writes the small F32 test model of that family
+// instead (bench/model_writer.hpp, write_arch_test_model); only --seed applies.
+//
 // Shape options override the preset's values.
 #include <chrono>
 #include <cstdio>
@@ -18,6 +21,7 @@ namespace {
 void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: ember-make-model [--arch llama] [--preset tinyllama-1.1b|tiny] --type TYPE -o FILE\n"
+               "       ember-make-model --arch gemma2|granite|olmo2|phi3|qwen3moe [--seed N] -o FILE   (F32 test model)\n"
                "                        [--n-embd N] [--n-ff N] [--n-layer N] [--n-head N] [--n-head-kv N]\n"
                "                        [--n-vocab N] [--n-ctx N] [--seed N]\n"
                "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k\n"
@@ -40,7 +44,7 @@ int main(int argc, char** argv) {
   using namespace ember::bench;
   ModelSpec spec;
   spec.shape = *llama_preset("tinyllama-1.1b");
-  std::string output, type_name, preset = "tinyllama-1.1b";
+  std::string output, type_name, preset = "tinyllama-1.1b", arch = "llama";
   bool have_type = false;
   // Shape overrides, applied after the preset.
   long long n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
@@ -58,10 +62,12 @@ int main(int argc, char** argv) {
     }
     const std::string value = argv[++i];
     if (arg == "--arch") {
-      if (value != "llama") {
-        std::fprintf(stderr, "ember-make-model: only --arch llama is supported\n");
+      if (value != "llama" && value != "gemma2" && value != "granite" && value != "olmo2" && value != "phi3" &&
+          value != "qwen3moe") {
+        std::fprintf(stderr, "ember-make-model: --arch must be llama, gemma2, granite, olmo2, phi3 or qwen3moe\n");
         return 2;
       }
+      arch = value;
     } else if (arg == "--preset") {
       preset = value;
     } else if (arg == "--type") {
@@ -90,6 +96,20 @@ int main(int argc, char** argv) {
       usage(stderr);
       return 2;
     }
+  }
+  if (arch != "llama") {
+    if (output.empty()) {
+      usage(stderr);
+      return 2;
+    }
+    try {
+      write_arch_test_model(arch, spec.seed, output);
+      std::fprintf(stderr, "wrote %s (%s test model, F32)\n", output.c_str(), arch.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ember-make-model: %s\n", e.what());
+      return 1;
+    }
+    return 0;
   }
   const auto shape = llama_preset(preset);
   if (!shape) {

@@ -1,6 +1,7 @@
 #include "bench/model_writer.hpp"
 
 #include <array>
+#include <cmath>
 #include <cctype>
 #include <cstddef>
 #include <cstring>
@@ -223,6 +224,141 @@ void write_llama_model(const ModelSpec& spec, const std::filesystem::path& path)
   }
   vector("output_norm.weight");
   matrix("output.weight", "output.weight", 0, s.n_vocab, s.n_embd);
+  w.write(path);
+}
+
+namespace {
+
+// F32 bytes of n values drawn from N(0, sigma), or uniform in [lo, hi] when sigma is 0.
+std::vector<std::byte> f32_values(int64_t n, float sigma, std::mt19937& rng, float lo = 0.0f, float hi = 0.0f) {
+  std::normal_distribution<float> normal(0.0f, sigma > 0.0f ? sigma : 1.0f);
+  std::uniform_real_distribution<float> uniform(lo, hi);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (float& v : values) v = sigma > 0.0f ? normal(rng) : uniform(rng);
+  std::vector<std::byte> data(values.size() * sizeof(float));
+  std::memcpy(data.data(), values.data(), data.size());
+  return data;
+}
+
+}  // namespace
+
+void write_arch_test_model(std::string_view arch, uint32_t seed, const std::filesystem::path& path) {
+  const bool gemma2 = arch == "gemma2", granite = arch == "granite", olmo2 = arch == "olmo2", phi3 = arch == "phi3";
+  const bool moe = arch == "qwen3moe";
+  require(gemma2 || granite || olmo2 || phi3 || moe,
+          "no test model for architecture '{}' (gemma2, granite, olmo2, phi3, qwen3moe)", arch);
+  constexpr int64_t n_embd = 64, n_ff = 192, n_vocab = 320, n_ctx = 4096;
+  constexpr int n_layer = 2, n_head = 4, n_head_kv = 2;
+  // Gemma 2's heads are wider than n_embd / n_head (as in the 2B and 9B models).
+  // Qwen3-MoE: 4 experts of width 32, 2 per token, heads of 32 with per-head Q/K norms.
+  constexpr int n_expert = 4, n_expert_used = 2;
+  constexpr int64_t n_ff_exp = 32;
+  const int64_t head_dim = gemma2 || moe ? 32 : n_embd / n_head;
+  const int64_t q_rows = n_head * head_dim, kv_rows = n_head_kv * head_dim;
+  // Phi-3: partial rotary (12 of 16 dims), as Phi-4-mini's partial_rotary_factor.
+  const int64_t n_rot = phi3 ? 12 : head_dim;
+  const std::string p = std::string(arch) + ".";
+
+  gguf::Writer w;
+  w.add_string("general.architecture", std::string(arch));
+  // Not naming the family: llama.cpp gives tokens of models named "phi3" special attributes.
+  w.add_string("general.name", "ember random-weight test model");
+  w.add_uint32("general.file_type", 0);
+  w.add_uint32(p + "context_length", uint32_t(n_ctx));
+  w.add_uint32(p + "embedding_length", uint32_t(n_embd));
+  w.add_uint32(p + "block_count", uint32_t(n_layer));
+  w.add_uint32(p + "feed_forward_length", uint32_t(n_ff));
+  w.add_uint32(p + "attention.head_count", uint32_t(n_head));
+  w.add_uint32(p + "attention.head_count_kv", uint32_t(n_head_kv));
+  w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.add_uint32(p + "rope.dimension_count", uint32_t(n_rot));
+  w.add_float32(p + "rope.freq_base", 10000.0f);
+  if (moe) {
+    w.add_uint32(p + "attention.key_length", uint32_t(head_dim));
+    w.add_uint32(p + "attention.value_length", uint32_t(head_dim));
+    w.add_uint32(p + "expert_count", n_expert);
+    w.add_uint32(p + "expert_used_count", n_expert_used);
+    w.add_uint32(p + "expert_feed_forward_length", uint32_t(n_ff_exp));
+  }
+  if (gemma2) {
+    w.add_uint32(p + "attention.key_length", uint32_t(head_dim));
+    w.add_uint32(p + "attention.value_length", uint32_t(head_dim));
+    w.add_uint32(p + "attention.sliding_window", 16);   // the 64-token test sequence crosses it
+    // Far below Gemma 2's 50 and 30, so that tanh bends the random scores and logits.
+    w.add_float32(p + "attn_logit_softcapping", 1.5f);
+    w.add_float32(p + "final_logit_softcapping", 6.0f);
+  }
+  if (granite) {
+    w.add_float32(p + "embedding_scale", 3.0f);
+    w.add_float32(p + "residual_scale", 0.5f);
+    w.add_float32(p + "attention.scale", 0.4f);       // instead of 1/sqrt(16) = 0.25
+    w.add_float32(p + "logit_scale", 0.5f);           // logits are divided by it
+  }
+  if (phi3) {
+    // LongRoPE: the long factors apply when the context exceeds the original 32 tokens.
+    w.add_uint32(p + "rope.scaling.original_context_length", 32);
+    w.add_float32(p + "rope.scaling.attn_factor", 1.25f);
+    w.add_uint32(p + "attention.sliding_window", 0);
+  }
+  add_vocabulary(w, n_vocab);
+
+  std::mt19937 rng(seed);
+  // Unit-variance outputs for unit-variance inputs; logits of standard deviation ~2.
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    w.add_tensor(name, DType::f32, {cols, rows}, f32_values(rows * cols, 1.0f / std::sqrt(float(cols)), rng));
+  };
+  const auto norm = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, DType::f32, {n}, f32_values(n, 0.0f, rng, 0.8f, 1.2f));
+  };
+  w.add_tensor("token_embd.weight", DType::f32, {n_embd, n_vocab}, f32_values(n_vocab * n_embd, 0.25f, rng));
+  if (phi3) {
+    w.add_tensor("rope_factors_long.weight", DType::f32, {n_rot / 2}, f32_values(n_rot / 2, 0.0f, rng, 1.0f, 8.0f));
+    w.add_tensor("rope_factors_short.weight", DType::f32, {n_rot / 2}, f32_values(n_rot / 2, 0.0f, rng, 1.0f, 2.0f));
+  }
+  for (int il = 0; il < n_layer; ++il) {
+    const std::string blk = fmt::format("blk.{}.", il);
+    if (!olmo2) norm(blk + "attn_norm.weight", n_embd);
+    if (phi3) {
+      matrix(blk + "attn_qkv.weight", q_rows + 2 * kv_rows, n_embd);
+    } else {
+      matrix(blk + "attn_q.weight", q_rows, n_embd);
+      matrix(blk + "attn_k.weight", kv_rows, n_embd);
+      matrix(blk + "attn_v.weight", kv_rows, n_embd);
+    }
+    if (olmo2) {
+      norm(blk + "attn_q_norm.weight", q_rows);
+      norm(blk + "attn_k_norm.weight", kv_rows);
+    }
+    if (moe) {
+      norm(blk + "attn_q_norm.weight", head_dim);
+      norm(blk + "attn_k_norm.weight", head_dim);
+    }
+    matrix(blk + "attn_output.weight", n_embd, q_rows);
+    if (gemma2 || olmo2) norm(blk + "post_attention_norm.weight", n_embd);
+    if (!olmo2) norm(blk + "ffn_norm.weight", n_embd);
+    if (moe) {
+      // Router scores of standard deviation ~2, so that the choice of experts is rarely close.
+      w.add_tensor(blk + "ffn_gate_inp.weight", DType::f32, {n_embd, n_expert},
+                   f32_values(n_expert * n_embd, 2.0f / std::sqrt(float(n_embd)), rng));
+      const auto experts = [&](const std::string& name, int64_t rows, int64_t cols) {
+        w.add_tensor(name, DType::f32, {cols, rows, n_expert},
+                     f32_values(n_expert * rows * cols, 1.0f / std::sqrt(float(cols)), rng));
+      };
+      experts(blk + "ffn_gate_exps.weight", n_ff_exp, n_embd);
+      experts(blk + "ffn_up_exps.weight", n_ff_exp, n_embd);
+      experts(blk + "ffn_down_exps.weight", n_embd, n_ff_exp);
+    } else if (phi3) {
+      matrix(blk + "ffn_up.weight", 2 * n_ff, n_embd);   // gate rows, then up rows
+    } else {
+      matrix(blk + "ffn_gate.weight", n_ff, n_embd);
+      matrix(blk + "ffn_up.weight", n_ff, n_embd);
+    }
+    if (!moe) matrix(blk + "ffn_down.weight", n_embd, n_ff);
+    if (gemma2 || olmo2) norm(blk + "post_ffw_norm.weight", n_embd);
+  }
+  norm("output_norm.weight", n_embd);
+  // Gemma 2 ties the output to token_embd.
+  if (!gemma2) w.add_tensor("output.weight", DType::f32, {n_embd, n_vocab}, f32_values(n_vocab * n_embd, 0.25f, rng));
   w.write(path);
 }
 

@@ -66,4 +66,14 @@ struct ModelSpec {
 // kernel), not by quantizing every row.
 void write_llama_model(const ModelSpec& spec, const std::filesystem::path& path);
 
+// Small random-weight F32 models of the families that differ from llama, for the
+// fidelity tests against llama.cpp (tests/data/arch/README.md; quantized copies are
+// made with llama-quantize): "gemma2", "granite", "olmo2", "phi3", "qwen3moe". Each has 2 layers,
+// n_embd 64, n_ff 192, 4 query heads over 2 KV heads and the 320-token vocabulary
+// above, plus its family's own metadata and tensors, with values chosen so that each
+// difference changes the logits (soft-caps that bite, scales far from 1, partial rotary
+// with LongRoPE factors). Every matrix element is drawn (no repeated rows).
+// Throws invalid_argument for an architecture not in the list, io.
+void write_arch_test_model(std::string_view arch, uint32_t seed, const std::filesystem::path& path);
+
 }  // namespace ember::bench

@@ -10,14 +10,15 @@ namespace ember::cpu {
 namespace {
 
 bool same_params(const backend::RopeParams& a, const backend::RopeParams& b) {
-  return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale;
+  return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale && a.mscale == b.mscale &&
+         a.freq_factors.buffer == b.freq_factors.buffer && a.freq_factors.offset == b.freq_factors.offset;
 }
 
 // Finds or computes the cos/sin table for these positions. The angles are formed as
 // llama.cpp's CPU backend forms them, so that the results agree bit for bit: in
 // float, theta_0 = pos and theta_{i+1} = theta_i * powf(base, -2/n_rot) (one
 // rounding per step, so the angle of a high pair carries up to ~n_rot/2 roundings,
-// ~1e-6 relative), then cosf/sinf of freq_scale * theta_i.
+// ~1e-6 relative), then cosf/sinf of freq_scale * (theta_i / factor_i), times mscale.
 const RopeTable& table_for(OpContext& ctx, const Tensor& positions, const backend::RopeParams& p) {
   const int32_t* pos = positions.row_ptr<int32_t>(0);
   const auto n_tok = size_t(positions.rows);
@@ -36,13 +37,14 @@ const RopeTable& table_for(OpContext& ctx, const Tensor& positions, const backen
   const int half = p.n_rot / 2;
   t.cos_sin.resize(n_tok * size_t(half) * 2);
   const float theta_scale = std::pow(p.freq_base, -2.0f / float(p.n_rot));
+  const float* factors = p.freq_factors.empty() ? nullptr : p.freq_factors.row_ptr<float>(0);
   for (size_t k = 0; k < n_tok; ++k) {
     float* row = t.cos_sin.data() + k * size_t(half) * 2;
     float theta = float(pos[k]);
     for (int i = 0; i < half; ++i) {
-      const float angle = p.freq_scale * theta;
-      row[2 * i] = std::cos(angle);
-      row[2 * i + 1] = std::sin(angle);
+      const float angle = p.freq_scale * (factors ? theta / factors[i] : theta);
+      row[2 * i] = std::cos(angle) * p.mscale;
+      row[2 * i + 1] = std::sin(angle) * p.mscale;
       theta *= theta_scale;
     }
   }

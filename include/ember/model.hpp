@@ -65,7 +65,8 @@ struct ModelOptions {
 
 // What a model is, for display and for sizing.
 struct ModelInfo {
-  std::string architecture;         // general.architecture: llama, qwen2, qwen3, gemma3
+  std::string architecture;         // general.architecture: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3,
+                                    // granite, olmo2, phi3
   std::string name;                 // general.name, when present
   int64_t n_vocab = 0;              // vocabulary size
   int64_t n_ctx_train = 0;          // context length the model was trained with

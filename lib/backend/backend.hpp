@@ -31,6 +31,10 @@ struct RopeParams {
   RopeMode mode = RopeMode::normal;
   float freq_base = 10000.0f;  // theta_i = pos * freq_scale * freq_base^(-2i / n_rot)
   float freq_scale = 1.0f;     // linear position scaling (1 / rope scaling factor)
+  float mscale = 1.0f;         // multiplies cos and sin, so the rotated dims (LongRoPE attention factor)
+  // Optional f32 [1, n_rot / 2] (LongRoPE / "su" factors, phi3): theta_i is divided by
+  // freq_factors[i] before freq_scale is applied. Empty: all 1.
+  Tensor freq_factors;
 };
 
 struct AttentionParams {

@@ -13,6 +13,7 @@
 #include "backend/ops/rms_norm.hpp"
 #include "backend/ops/rope.hpp"
 #include "common/fail.hpp"
+#include "model/moe.hpp"
 
 namespace ember::model {
 
@@ -32,6 +33,7 @@ struct Forward::Workspace {
   Tensor k, v;                                  // [n, n_head_kv * hd]
   Tensor gate, up;                              // [n, n_ff]
   Tensor x_out, logits;                         // [n_out, n_embd], [n_out, n_vocab]
+  MoeScratch moe;                               // [n, ...] for MoE families, 1 row otherwise
 };
 
 Forward::Forward(const HParams& hp, const Weights& weights, backend::Backend& backend, int max_batch)
@@ -61,6 +63,7 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
   const bool with_scores = scores || ws.scores;
   const int64_t q_width = int64_t(hp_.n_head) * hp_.head_dim_k;
   const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
+  const int64_t moe_cap = hp_.arch->moe ? cap : 1;
 
   struct Item {
     Tensor* tensor;
@@ -78,6 +81,12 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
       {&ws.k, DType::f32, cap, kv_width},      {&ws.v, DType::f32, cap, kv_width},
       {&ws.gate, DType::f32, cap, hp_.n_ff},   {&ws.up, DType::f32, cap, hp_.n_ff},
       {&ws.x_out, DType::f32, out_cap, hp_.n_embd}, {&ws.logits, DType::f32, out_cap, n_logits_},
+      {&ws.moe.router, DType::f32, moe_cap, std::max(hp_.n_expert, 1)},
+      {&ws.moe.rows, DType::i32, moe_cap, 1},
+      {&ws.moe.in, DType::f32, moe_cap, hp_.n_embd},
+      {&ws.moe.gate, DType::f32, moe_cap, std::max<int64_t>(hp_.n_ff_exp, 1)},
+      {&ws.moe.up, DType::f32, moe_cap, std::max<int64_t>(hp_.n_ff_exp, 1)},
+      {&ws.moe.down, DType::f32, moe_cap, hp_.n_embd},
   };
   constexpr size_t kAlign = 64;
   size_t total = 0;
@@ -207,6 +216,20 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
                      max_cells, h2o);
     Workspace& ws = *ws_;
     const int hd = hp_.head_dim_k;
+    // LongRoPE: the long factors once a sequence may outgrow the original context (as
+    // llama.cpp decides by its per-sequence context size).
+    const Tensor& rope_factors =
+        cache.config().max_seq_tokens > hp_.n_ctx_orig ? w_.rope_long : w_.rope_short;
+    const auto rope_params = [&](const LayerParams& lp, int n_head) {
+      return backend::RopeParams{.n_head = n_head,
+                                 .head_dim = hd,
+                                 .n_rot = hp_.n_rot,
+                                 .mode = hp_.arch->rope_mode,
+                                 .freq_base = lp.rope_base,
+                                 .freq_scale = lp.rope_scale,
+                                 .mscale = hp_.rope_mscale,
+                                 .freq_factors = rope_factors};
+    };
 
     // StreamingLLM sinks that moved: their keys are rotated again from the original.
     for (int32_t seq : row_seqs) {
@@ -216,9 +239,7 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
         be_.upload(row, m.original);
         be_.upload(p1, &m.delta);
         be_.upload(s1, &m.slot);
-        const backend::RopeParams rope{hp_.n_head_kv, hd, hp_.n_rot, hp_.arch->rope_mode, lp.rope_base,
-                                       lp.rope_scale};
-        ops::rope(be_, row, p1, rope, row);
+        ops::rope(be_, row, p1, rope_params(lp, hp_.n_head_kv), row);
         ops::kv_store(be_, row, cache.k(), s1);
       }
     }
@@ -236,7 +257,7 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
     const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
 
     ops::get_rows(be_, w_.token_embd, t_ids, x);
-    if (hp_.arch->scale_embeddings) ops::scale(be_, x, std::sqrt(float(hp_.n_embd)), x);
+    if (hp_.embedding_scale != 1.0f) ops::scale(be_, x, hp_.embedding_scale, x);
 
     for (int il = 0; il < hp_.n_layer; ++il) {
       if (cancel && cancel->load(std::memory_order_relaxed)) return false;
@@ -244,24 +265,27 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       const LayerParams& lp = hp_.layers[size_t(il)];
 
       // ---- attention block ----
-      ops::rms_norm(be_, x, L.attn_norm, hp_.rms_eps, h);
-      ops::matmul(be_, L.wq, h, q);
-      ops::matmul(be_, L.wk, h, k);
-      ops::matmul(be_, L.wv, h, v);
+      // Without pre-norms (olmo2) the projections read the residual stream itself.
+      if (!L.attn_norm.empty()) ops::rms_norm(be_, x, L.attn_norm, hp_.rms_eps, h);
+      const Tensor& attn_in = L.attn_norm.empty() ? x : h;
+      ops::matmul(be_, L.wq, attn_in, q);
+      ops::matmul(be_, L.wk, attn_in, k);
+      ops::matmul(be_, L.wv, attn_in, v);
       if (!L.bq.empty()) ops::add(be_, q, L.bq, q);
       if (!L.bk.empty()) ops::add(be_, k, L.bk, k);
       if (!L.bv.empty()) ops::add(be_, v, L.bv, v);
-      if (!L.q_norm.empty()) {
+      if (hp_.arch->qk_norm == QkNorm::whole) {
+        ops::rms_norm(be_, q, L.q_norm, hp_.rms_eps, q);
+        ops::rms_norm(be_, k, L.k_norm, hp_.rms_eps, k);
+      } else if (!L.q_norm.empty()) {
         const Tensor q_heads = q.reshape(n * hp_.n_head, hd);
         ops::rms_norm(be_, q_heads, L.q_norm, hp_.rms_eps, q_heads);
         const Tensor k_heads = k.reshape(n * hp_.n_head_kv, hd);
         ops::rms_norm(be_, k_heads, L.k_norm, hp_.rms_eps, k_heads);
       }
-      backend::RopeParams rope{hp_.n_head, hd, hp_.n_rot, hp_.arch->rope_mode, lp.rope_base, lp.rope_scale};
-      ops::rope(be_, q, t_pos, rope, q);
+      ops::rope(be_, q, t_pos, rope_params(lp, hp_.n_head), q);
       if (hp_.arch->scale_queries) ops::scale(be_, q, hp_.attention_scale, q);
-      rope.n_head = hp_.n_head_kv;
-      ops::rope(be_, k, t_pos, rope, k);
+      ops::rope(be_, k, t_pos, rope_params(lp, hp_.n_head_kv), k);
       const kv::KVCache::LayerTables& tab = tables[size_t(il)];
       const Tensor t_pages = backend::make_tensor(*ws.buffer, ws.page_table.offset, DType::i32, n_rows, tab.max_pages);
       const Tensor t_cell_pos = backend::make_tensor(*ws.buffer, ws.cell_pos.offset, DType::i32, n_rows, tab.max_cells);
@@ -278,6 +302,7 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       ap.head_dim = hd;
       ap.scale = hp_.arch->scale_queries ? 1.0f : hp_.attention_scale;
       ap.window = lp.window;
+      ap.softcap = hp_.attn_softcap;
       ap.page_tokens = cache.page_tokens();
       ap.token_pos = t_pos;
       ap.token_seq = t_seq;
@@ -298,15 +323,22 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       ops::matmul(be_, L.wo, attn, h);
       if (!L.bo.empty()) ops::add(be_, h, L.bo, h);
       if (!L.attn_post_norm.empty()) ops::rms_norm(be_, h, L.attn_post_norm, hp_.rms_eps, h);
+      if (hp_.residual_scale != 1.0f) ops::scale(be_, h, hp_.residual_scale, h);
       ops::add(be_, x, h, x);
 
       // ---- feed-forward block ----
-      ops::rms_norm(be_, x, L.ffn_norm, hp_.rms_eps, h);
-      ops::matmul(be_, L.w_gate, h, gate);
-      ops::matmul(be_, L.w_up, h, up);
-      ops::glu(be_, gate, up, hp_.arch->ffn_activation, gate);
-      ops::matmul(be_, L.w_down, gate, h);
+      if (!L.ffn_norm.empty()) ops::rms_norm(be_, x, L.ffn_norm, hp_.rms_eps, h);
+      const Tensor& ffn_in = L.ffn_norm.empty() ? x : h;
+      if (hp_.arch->moe) {
+        moe_ffn(be_, hp_, L, ffn_in, ws.moe, h);
+      } else {
+        ops::matmul(be_, L.w_gate, ffn_in, gate);
+        ops::matmul(be_, L.w_up, ffn_in, up);
+        ops::glu(be_, gate, up, hp_.arch->ffn_activation, gate);
+        ops::matmul(be_, L.w_down, gate, h);
+      }
       if (!L.ffn_post_norm.empty()) ops::rms_norm(be_, h, L.ffn_post_norm, hp_.rms_eps, h);
+      if (hp_.residual_scale != 1.0f) ops::scale(be_, h, hp_.residual_scale, h);
       ops::add(be_, x, h, x);
     }
 
@@ -321,8 +353,15 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       ops::get_rows(be_, x, t_out, x_out);
       ops::rms_norm(be_, x_out, w_.output_norm, hp_.rms_eps, x_out);
       ops::matmul(be_, w_.output, x_out, logits);
+      if (hp_.logit_scale != 1.0f) ops::scale(be_, logits, hp_.logit_scale, logits);
       host_logits_.resize(size_t(rows * n_logits_));
       be_.download(logits, host_logits_.data());
+      // Gemma 2's final soft-cap, on the host (the logits are here anyway; no backend
+      // needs a tanh op for it): c * tanh(logit * (1 / c)), in llama.cpp's float order.
+      if (hp_.final_softcap > 0.0f) {
+        const float inv = 1.0f / hp_.final_softcap;
+        for (float& l : host_logits_) l = hp_.final_softcap * std::tanh(l * inv);
+      }
       for (int64_t r = 0; r < rows; ++r)
         sink(first_index + size_t(out_rows[size_t(first + r)]),
              std::span<const float>(host_logits_.data() + r * n_logits_, size_t(n_logits_)));

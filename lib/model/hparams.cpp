@@ -85,14 +85,63 @@ HParams HParams::from_gguf(const gguf::File& f) {
     rope_scale = float(1.0 / factor);
   }
 
-  // Gemma 3's query scaling is 1/sqrt(head size), except the 27B model whose
+  // Gemma's query scaling is 1/sqrt(head size), except the 27B models whose
   // config scales by 1/sqrt(n_embd / n_head) (Google's gemma_pytorch config).
-  const bool gemma3_27b = arch_name == "gemma3" && hp.n_layer == 62;
-  hp.attention_scale = float(1.0 / std::sqrt(double(gemma3_27b ? hp.n_embd / hp.n_head : hp.head_dim_k)));
+  const bool gemma_27b = (arch_name == "gemma3" && hp.n_layer == 62) || (arch_name == "gemma2" && hp.n_layer == 46);
+  hp.attention_scale = float(1.0 / std::sqrt(double(gemma_27b ? hp.n_embd / hp.n_head : hp.head_dim_k)));
+  if (hp.arch->scale_embeddings) hp.embedding_scale = std::sqrt(float(hp.n_embd));
+  if (hp.arch->granite_scales) {
+    // Required, as llama.cpp requires them; attention.scale 0 means the default.
+    const auto positive = [&](const std::string& key) {
+      const float v = float(f.get_float(key));
+      if (!(v > 0.0f) || !std::isfinite(v))
+        fail(ErrorCode::malformed_file, "{}: metadata key '{}' = {} must be a positive number", f.name(), key, v);
+      return v;
+    };
+    hp.embedding_scale = positive(p + "embedding_scale");
+    hp.residual_scale = positive(p + "residual_scale");
+    hp.logit_scale = 1.0f / positive(p + "logit_scale");
+    if (const float s = float(f.get_float(p + "attention.scale")); s != 0.0f) {
+      if (!(s > 0.0f) || !std::isfinite(s))
+        fail(ErrorCode::malformed_file, "{}: metadata key '{}' = {} must be >= 0", f.name(), p + "attention.scale", s);
+      hp.attention_scale = s;
+    }
+  }
+  if (hp.arch->softcaps) {
+    // Gemma 2's published values when the file has none (as llama.cpp).
+    hp.attn_softcap = float(f.get_float_or(p + "attn_logit_softcapping", 50.0));
+    hp.final_softcap = float(f.get_float_or(p + "final_logit_softcapping", 30.0));
+    if (!(hp.attn_softcap > 0.0f) || !(hp.final_softcap > 0.0f) || !std::isfinite(hp.attn_softcap) ||
+        !std::isfinite(hp.final_softcap))
+      fail(ErrorCode::malformed_file, "{}: soft-capping values {} and {} must be positive", f.name(), hp.attn_softcap,
+           hp.final_softcap);
+  }
+  hp.rope_mscale = float(f.get_float_or(p + "rope.scaling.attn_factor", 1.0));
+  if (!(hp.rope_mscale > 0.0f) || !std::isfinite(hp.rope_mscale))
+    fail(ErrorCode::malformed_file, "{}: rope.scaling.attn_factor {} must be positive", f.name(), hp.rope_mscale);
+  hp.n_ctx_orig = f.find(p + "rope.scaling.original_context_length")
+                      ? get_count(f, p + "rope.scaling.original_context_length", int64_t(1) << 24)
+                      : hp.n_ctx_train;
+
+  if (hp.arch->moe) {
+    hp.n_expert = int(get_count(f, p + "expert_count", 1 << 12));
+    hp.n_expert_used = int(get_count(f, p + "expert_used_count", hp.n_expert));
+    hp.n_ff_exp = f.find(p + "expert_feed_forward_length")
+                      ? get_count(f, p + "expert_feed_forward_length", 1 << 22)
+                      : hp.n_ff / hp.n_expert_used;
+    if (hp.n_ff_exp <= 0)
+      fail(ErrorCode::malformed_file, "{}: expert feed-forward length is 0", f.name());
+  }
 
   int window = 0;
-  if (hp.arch->swa_pattern > 0) window = int(get_count(f, p + "attention.sliding_window", int64_t(1) << 24));
-  const float swa_base = float(f.get_float_or(p + "rope.freq_base_swa", hp.arch->swa_rope_base));
+  if (hp.arch->swa_pattern > 0)
+    window = hp.arch->swa_default_window > 0 && !f.find(p + "attention.sliding_window")
+                 ? hp.arch->swa_default_window
+                 : int(get_count(f, p + "attention.sliding_window", int64_t(1) << 24));
+  // Sliding layers keep the global rope unless the family has its own base for them.
+  const bool swa_own_rope = hp.arch->swa_rope_base > 0.0f;
+  const float swa_base = swa_own_rope ? float(f.get_float_or(p + "rope.freq_base_swa", hp.arch->swa_rope_base))
+                                      : float(f.get_float_or(p + "rope.freq_base_swa", rope_base));
   hp.layers.resize(size_t(hp.n_layer));
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerParams& layer = hp.layers[size_t(il)];
@@ -100,7 +149,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
     layer.sliding = n > 0 && il % n < n - 1;
     layer.window = layer.sliding ? window : 0;
     layer.rope_base = layer.sliding ? swa_base : rope_base;
-    layer.rope_scale = layer.sliding ? 1.0f : rope_scale;
+    layer.rope_scale = layer.sliding && swa_own_rope ? 1.0f : rope_scale;
   }
   return hp;
 }

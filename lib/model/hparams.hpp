@@ -31,7 +31,18 @@ struct HParams {
   int head_dim_v = 0;        // {arch}.attention.value_length (default head_dim_k)
   int n_rot = 0;             // {arch}.rope.dimension_count (default head_dim_k)
   float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
-  float attention_scale = 0; // multiplies q.k
+  float attention_scale = 0; // multiplies q.k: 1/sqrt(head_dim), or granite's {arch}.attention.scale
+  float embedding_scale = 1; // multiplies token embeddings: sqrt(n_embd) (gemma), {arch}.embedding_scale (granite)
+  float residual_scale = 1;  // multiplies attention and FFN outputs before the residual add (granite)
+  float logit_scale = 1;     // multiplies the logits: 1 / {arch}.logit_scale (granite)
+  float attn_softcap = 0;    // 0: none; scores become c * tanh(scores / c) ({arch}.attn_logit_softcapping, gemma2)
+  float final_softcap = 0;   // 0: none; logits become c * tanh(logits / c) ({arch}.final_logit_softcapping)
+  float rope_mscale = 1;     // {arch}.rope.scaling.attn_factor: multiplies rope's cos and sin (LongRoPE)
+  int n_expert = 0;          // {arch}.expert_count (MoE families; 0: dense)
+  int n_expert_used = 0;     // {arch}.expert_used_count: experts per token
+  int64_t n_ff_exp = 0;      // {arch}.expert_feed_forward_length (default n_ff / n_expert_used)
+  int64_t n_ctx_orig = 0;    // {arch}.rope.scaling.original_context_length (default n_ctx_train): LongRoPE
+                             // uses its long factors when a sequence may hold more tokens
   std::vector<LayerParams> layers;
 
   // Reads and validates; throws malformed_file / unsupported naming the key.

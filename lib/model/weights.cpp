@@ -30,6 +30,20 @@ class Loader {
     return backend::make_tensor(*data_, size_t(info.offset), info.type, rows, cols);
   }
 
+  // `n_expert` matrices [rows, cols] stacked in one GGUF tensor {cols, rows, n_expert},
+  // seen as one matrix [n_expert * rows, cols].
+  Tensor experts(const std::string& name, int64_t n_expert, int64_t rows, int64_t cols) {
+    const gguf::TensorInfo& info = file_.tensor(name);
+    if (info.shape != std::vector<int64_t>{cols, rows, n_expert})
+      fail(ErrorCode::malformed_file, "{}: tensor '{}' is not [{}, {}, {}] (GGUF order)", file_.name(), name, cols,
+           rows, n_expert);
+    if (!quant::type_info(info.type).weight_supported)
+      fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}, which ember cannot multiply", file_.name(), name,
+           quant::type_name(info.type));
+    bytes_ += info.n_bytes;
+    return backend::make_tensor(*data_, size_t(info.offset), info.type, n_expert * rows, cols);
+  }
+
   // A vector [1, n] as F32 (converted once when the file stores another type).
   Tensor vector(const std::string& name, int64_t n) {
     const gguf::TensorInfo& info = file_.tensor(name);
@@ -93,30 +107,61 @@ Weights Weights::load(const gguf::File& file, const HParams& hp, backend::Backen
   w.output_norm = load.vector("output_norm.weight", n_embd);
   w.output = load.has("output.weight") ? load.matrix("output.weight", n_vocab, n_embd) : w.token_embd;
 
+  if (hp.arch->rope_factors) {
+    w.rope_long = load.optional_vector("rope_factors_long.weight", hp.n_rot / 2);
+    w.rope_short = load.optional_vector("rope_factors_short.weight", hp.n_rot / 2);
+    if (w.rope_long.empty() != w.rope_short.empty())
+      fail(ErrorCode::malformed_file, "{}: rope_factors_long.weight and rope_factors_short.weight come in pairs",
+           file.name());
+  }
+
   for (int il = 0; il < hp.n_layer; ++il) {
     const auto name = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
     LayerWeights l;
-    l.attn_norm = load.vector(name("attn_norm.weight"), n_embd);
-    l.wq = load.matrix(name("attn_q.weight"), q_rows, n_embd);
-    l.wk = load.matrix(name("attn_k.weight"), kv_rows, n_embd);
-    l.wv = load.matrix(name("attn_v.weight"), kv_rows, n_embd);
+    if (hp.arch->pre_norms) l.attn_norm = load.vector(name("attn_norm.weight"), n_embd);
+    if (hp.arch->fused_projections) {
+      // Q, K and V rows one after the other: three views of one matrix.
+      const Tensor qkv = load.matrix(name("attn_qkv.weight"), q_rows + 2 * kv_rows, n_embd);
+      l.wq = qkv.slice_rows(0, q_rows);
+      l.wk = qkv.slice_rows(q_rows, kv_rows);
+      l.wv = qkv.slice_rows(q_rows + kv_rows, kv_rows);
+    } else {
+      l.wq = load.matrix(name("attn_q.weight"), q_rows, n_embd);
+      l.wk = load.matrix(name("attn_k.weight"), kv_rows, n_embd);
+      l.wv = load.matrix(name("attn_v.weight"), kv_rows, n_embd);
+    }
     l.bq = load.optional_vector(name("attn_q.bias"), q_rows);
     l.bk = load.optional_vector(name("attn_k.bias"), kv_rows);
     l.bv = load.optional_vector(name("attn_v.bias"), kv_rows);
     l.wo = load.matrix(name("attn_output.weight"), n_embd, q_rows);
     l.bo = load.optional_vector(name("attn_output.bias"), n_embd);
-    if (hp.arch->qk_norm) {
+    if (hp.arch->qk_norm == QkNorm::per_head) {
       l.q_norm = load.vector(name("attn_q_norm.weight"), hp.head_dim_k);
       l.k_norm = load.vector(name("attn_k_norm.weight"), hp.head_dim_k);
+    } else if (hp.arch->qk_norm == QkNorm::whole) {
+      l.q_norm = load.vector(name("attn_q_norm.weight"), q_rows);
+      l.k_norm = load.vector(name("attn_k_norm.weight"), kv_rows);
     }
     if (hp.arch->post_norms) {
       l.attn_post_norm = load.vector(name("post_attention_norm.weight"), n_embd);
       l.ffn_post_norm = load.vector(name("post_ffw_norm.weight"), n_embd);
     }
-    l.ffn_norm = load.vector(name("ffn_norm.weight"), n_embd);
-    l.w_gate = load.matrix(name("ffn_gate.weight"), hp.n_ff, n_embd);
-    l.w_up = load.matrix(name("ffn_up.weight"), hp.n_ff, n_embd);
-    l.w_down = load.matrix(name("ffn_down.weight"), n_embd, hp.n_ff);
+    if (hp.arch->pre_norms) l.ffn_norm = load.vector(name("ffn_norm.weight"), n_embd);
+    if (hp.arch->moe) {
+      l.ffn_gate_inp = load.matrix(name("ffn_gate_inp.weight"), hp.n_expert, n_embd);
+      l.exp_gate = load.experts(name("ffn_gate_exps.weight"), hp.n_expert, hp.n_ff_exp, n_embd);
+      l.exp_up = load.experts(name("ffn_up_exps.weight"), hp.n_expert, hp.n_ff_exp, n_embd);
+      l.exp_down = load.experts(name("ffn_down_exps.weight"), hp.n_expert, n_embd, hp.n_ff_exp);
+    } else if (hp.arch->fused_projections) {
+      // Gate rows first, then up rows (llama.cpp's LLM_FFN_SWIGLU splits the row so).
+      const Tensor gate_up = load.matrix(name("ffn_up.weight"), 2 * hp.n_ff, n_embd);
+      l.w_gate = gate_up.slice_rows(0, hp.n_ff);
+      l.w_up = gate_up.slice_rows(hp.n_ff, hp.n_ff);
+    } else {
+      l.w_gate = load.matrix(name("ffn_gate.weight"), hp.n_ff, n_embd);
+      l.w_up = load.matrix(name("ffn_up.weight"), hp.n_ff, n_embd);
+    }
+    if (!hp.arch->moe) l.w_down = load.matrix(name("ffn_down.weight"), n_embd, hp.n_ff);
     w.layers.push_back(l);
   }
   w.bytes = load.bytes();

@@ -18,23 +18,31 @@ namespace ember::model {
 using backend::Tensor;
 
 struct LayerWeights {
-  Tensor attn_norm;        // [1, n_embd]
-  Tensor wq, wk, wv;       // [n_head * hd, n_embd], [n_head_kv * hd, n_embd] x2
+  Tensor attn_norm;        // [1, n_embd]; empty when the family has no pre-norms (olmo2)
+  Tensor wq, wk, wv;       // [n_head * hd, n_embd], [n_head_kv * hd, n_embd] x2 (row ranges of
+                           // the fused attn_qkv for phi3)
   Tensor bq, bk, bv;       // optional biases [1, rows of the matrix] (qwen2)
-  Tensor q_norm, k_norm;   // optional per-head norms [1, hd] (qwen3, gemma3)
+  Tensor q_norm, k_norm;   // optional per-head norms [1, hd] (qwen3, gemma3), or whole-row norms
+                           // [1, n_head * hd] and [1, n_head_kv * hd] (olmo2)
   Tensor wo;               // [n_embd, n_head * hd]
   Tensor bo;               // optional [1, n_embd]
   Tensor attn_post_norm;   // optional [1, n_embd] (gemma3)
-  Tensor ffn_norm;         // [1, n_embd]
-  Tensor w_gate, w_up;     // [n_ff, n_embd]
+  Tensor ffn_norm;         // [1, n_embd]; empty without pre-norms
+  Tensor w_gate, w_up;     // [n_ff, n_embd] (phi3: the two row halves of ffn_up)
   Tensor w_down;           // [n_embd, n_ff]
   Tensor ffn_post_norm;    // optional [1, n_embd] (gemma3)
+  // Mixture of experts (qwen3moe) instead of w_gate/w_up/w_down: the router and the
+  // experts' matrices stacked, expert e owning rows [e * n, (e + 1) * n).
+  Tensor ffn_gate_inp;     // [n_expert, n_embd]
+  Tensor exp_gate, exp_up; // [n_expert * n_ff_exp, n_embd]
+  Tensor exp_down;         // [n_expert * n_embd, n_ff_exp]
 };
 
 struct Weights {
   Tensor token_embd;       // [n_vocab, n_embd]
   Tensor output_norm;      // [1, n_embd]
   Tensor output;           // [n_vocab, n_embd]; token_embd when the file ties them
+  Tensor rope_long, rope_short;  // optional LongRoPE factors [1, n_rot / 2] (phi3)
   std::vector<LayerWeights> layers;
   size_t bytes = 0;        // total size of the weights on the backend
 

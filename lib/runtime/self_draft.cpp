@@ -169,7 +169,7 @@ std::shared_ptr<const SelfDraftWeights> derive_self_draft(const Model::Impl& m, 
   if (o.self_lowbit) {
     for (model::LayerWeights& L : d->weights.layers)
       for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        *t = derive_matrix(*t, {}, true, be, d->buffers);
+        if (!t->empty()) *t = derive_matrix(*t, {}, true, be, d->buffers);  // MoE layers have no dense FFN
   }
   m.logger.info("speculative: self draft of {} layers, {} output rows{}", d->hparams.n_layer, d->weights.output.rows,
                 o.self_lowbit ? ", Q4_0 matrices" : "");

@@ -98,7 +98,7 @@ TEST_CASE("rope matches the reference in both modes", "[ops]") {
     for (int n_rot : {64, 48}) {
       const HostTensor x = random_f32(9, 4 * 64, rng);
       const HostTensor pos = i32({0, 1, 2, 7, 100, 1000, 4095, 30000, 5});
-      const backend::RopeParams params{4, 64, n_rot, mode, 1e6f, 0.5f};
+      const backend::RopeParams params{4, 64, n_rot, mode, 1e6f, 0.5f, 1.0f, {}};
       auto [r, c] = both(2, [&](Placed& p) {
         const Tensor t = p.put(x);
         ops::rope(p.be, t, p.put(pos), params, t);  // in place, as the model uses it
@@ -191,7 +191,7 @@ TEST_CASE("ops reject mismatched shapes and types with a named error", "[ops][er
     CHECK(e.code() == ErrorCode::invalid_argument);
     CHECK_THAT(e.what(), Catch::Matchers::Contains("id 9"));
   }
-  const backend::RopeParams bad{3, 5, 4, backend::RopeMode::neox, 10000.0f, 1.0f};
+  const backend::RopeParams bad{3, 5, 4, backend::RopeMode::neox, 10000.0f, 1.0f, 1.0f, {}};
   CHECK_THROWS_AS(ops::rope(*be, out, p.put(i32({0, 1})), bad, out), Error);
 }
 
