@@ -1,10 +1,10 @@
 // Row kernels over quantized KV-cache rows (quant/kv_formats.hpp) for the CPU
 // attention: the part of a cache row that belongs to one kv head (`n` values, n / G
 // whole groups) is read in place, one group at a time, never decoded into a
-// full-size copy. One scalar, AVX2 (+FMA, F16C) and AVX-512 variant each
-// (cpu/ops/levels/<level>/kv_rows.cpp; ARM64 runs the scalar one), chosen by the
-// backend's Isa through op_kernels(); all compute what quant::dequantize_row
-// specifies (for INT4 in the rotated basis, see below), up to float summation order.
+// full-size copy. One scalar, AVX2 (+FMA, F16C), AVX-512 and NEON variant each
+// (cpu/ops/levels/<level>/kv_rows.cpp), chosen by the backend's Isa through
+// op_kernels(); all compute what quant::dequantize_row specifies (for INT4 in the
+// rotated basis, see below), up to float summation order.
 #pragma once
 
 #include <cstdint>

@@ -276,7 +276,10 @@ TEST_CASE("kv row kernels of every ISA level match the reference decoder", "[kv]
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   for (cpu::Isa isa : cpu::available_isas()) {
     for (DType type : kKvTypes) {
-      for (int n : {64, 192}) {
+      // One group, two, and odd numbers of groups (the kernels' group loops and the NEON /
+      // AVX vectors of 16 values inside a group).
+      for (int n : {32, 64, 96, 192, 320}) {
+        if (n % quant::kv::group_size(type) != 0) continue;
         INFO(cpu::isa_name(isa) << " " << quant::type_name(type) << " n " << n);
         std::vector<float> x(static_cast<size_t>(n)), q(static_cast<size_t>(n));
         for (float& v : x) v = dist(rng) + 0.5f;

@@ -90,6 +90,21 @@ TEST_CASE("op kernels: one table per level, selected by EMBER_CPU_ISA", "[kernel
                                     quant::DType::kv_q4_g64})
       CHECK(k.kv_rows(type) != nullptr);
     CHECK(k.kv_rows(quant::DType::f16) == nullptr);
+    // A vector level runs its own code for the F16 conversions, the GELU row, the
+    // attention rows and products and the quantized KV rows (tables.cpp).
+    if (k.level != Isa::scalar) {
+      const cpu::OpKernels& s = cpu::op_kernels(Isa::scalar);
+      CHECK(k.to_f16 != s.to_f16);
+      CHECK(k.f16_to_f32 != s.f16_to_f32);
+      CHECK(k.gelu_glu_row != s.gelu_glu_row);
+      CHECK(k.dot_f16 != s.dot_f16);
+      CHECK(k.dot16_f32 != s.dot16_f32);
+      CHECK(k.gemm16 != s.gemm16);
+      CHECK(k.gemm_nt != s.gemm_nt);
+      CHECK(k.gemm_nn != s.gemm_nn);
+      for (const quant::DType type : {quant::DType::kv_q8_g32, quant::DType::kv_q4_g64})
+        CHECK(k.kv_rows(type)->dot != s.kv_rows(type)->dot);
+    }
   }
   // Distinct op levels have distinct tables (the vector levels run their own code).
   const auto isas = cpu::available_isas();
@@ -245,4 +260,57 @@ TEST_CASE("op kernels: exp_masked zeroes masked entries and returns the sum", "[
         CHECK(std::fabs(total - want_total) <= 1e-6 * want_total);
       }
     }
+}
+
+TEST_CASE("op kernels: the f32 GEMMs match a double-precision product at every level", "[kernels]") {
+  // Shapes on both sides of the register tiles' edges (4 rows; 4 and 16 columns; depths
+  // in steps of 4 and 16) and larger leading strides than the rows need.
+  const int rows[] = {1, 2, 3, 4, 5, 8, 17};
+  const int cols[] = {1, 3, 4, 5, 15, 16, 17, 33, 64};
+  const int depths[] = {1, 3, 4, 7, 16, 31, 64, 65, 128};
+  constexpr float kAlpha = 0.125f, kSentinel = 1234.5f;
+  const std::vector<float> a_values = ember::test::random_values(17 * 140, 21);
+  const std::vector<float> b_values = ember::test::random_values(140 * 70, 22);
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& ops = cpu::op_kernels(isa);
+    for (const int m : rows)
+      for (const int n : cols)
+        for (const int k : depths) {
+          INFO(cpu::isa_name(isa) << " m " << m << " n " << n << " k " << k);
+          // Rounding bound of a k-term f32 sum in any order (FMAs or not), plus alpha's.
+          const double tolerance = 1.2e-7 * (k + 2);
+          // gemm_nt: C[m][n] = alpha A[m][k] B[n][k]^T; A, B, C with strides k + 3, k + 5, n + 2.
+          const int lda = k + 3, ldb = k + 5, ldc = n + 2;
+          std::vector<float> c(size_t(m) * ldc, kSentinel);
+          ops.gemm_nt(m, n, k, a_values.data(), lda, b_values.data(), ldb, c.data(), ldc, kAlpha);
+          for (int i = 0; i < m; ++i) {
+            for (int j = 0; j < n; ++j) {
+              double exact = 0.0, magnitude = 0.0;
+              for (int t = 0; t < k; ++t) {
+                const double p = double(a_values[size_t(i * lda + t)]) * b_values[size_t(j * ldb + t)];
+                exact += p;
+                magnitude += std::abs(p);
+              }
+              REQUIRE(std::abs(c[size_t(i * ldc + j)] - kAlpha * exact) <= tolerance * kAlpha * magnitude);
+            }
+            for (int j = n; j < ldc; ++j) REQUIRE(c[size_t(i * ldc + j)] == kSentinel);  // no writes past n
+          }
+          // gemm_nn: C[m][n] = A[m][k] B[k][n]; strides k + 2, n + 3, n + 1.
+          const int lda_nn = k + 2, ldb_nn = n + 3, ldc_nn = n + 1;
+          std::vector<float> d(size_t(m) * ldc_nn, kSentinel);
+          ops.gemm_nn(m, n, k, a_values.data(), lda_nn, b_values.data(), ldb_nn, d.data(), ldc_nn);
+          for (int i = 0; i < m; ++i) {
+            for (int j = 0; j < n; ++j) {
+              double exact = 0.0, magnitude = 0.0;
+              for (int t = 0; t < k; ++t) {
+                const double p = double(a_values[size_t(i * lda_nn + t)]) * b_values[size_t(t * ldb_nn + j)];
+                exact += p;
+                magnitude += std::abs(p);
+              }
+              REQUIRE(std::abs(d[size_t(i * ldc_nn + j)] - exact) <= tolerance * magnitude);
+            }
+            REQUIRE(d[size_t(i * ldc_nn + n)] == kSentinel);
+          }
+        }
+  }
 }

@@ -1,13 +1,16 @@
-// The i8mm level's batch kernels for the 32-value formats: SMMLA (vmmlaq_s32) takes
-// 8 codes of 2 weight rows and 8 codes of 2 tokens and adds the 4 dot products
-// [row0.tok0, row0.tok1, row1.tok0, row1.tok1] into one register, so a register tile
-// of pairs of weight rows x pairs of tokens does 2x the multiply-adds of SDOT per
-// instruction. It sums 8 values per lane, so it serves the formats whose reference
-// order is not the llama.cpp 4-value lanes (Q4_0, Q4_1, Q5_1; quant/lanes.hpp); their
-// float steps are one fma per block and (row, token), as StepQ8_0 / StepQ8_1 within
-// the summation tolerance. Below the i8mm level, dot_tile_mmla is tile.hpp's dot_tile.
+// The i8mm level's batch kernels: SMMLA (vmmlaq_s32) takes 8 codes of 2 weight rows
+// and 8 codes of 2 tokens and adds the 4 dot products [row0.tok0, row0.tok1, row1.tok0,
+// row1.tok1] into one register, so a register tile of pairs of weight rows x pairs of
+// tokens does 2x the multiply-adds of SDOT per instruction. It sums 8 values per lane,
+// so it cannot serve the formats whose float lanes are llama.cpp's 4-value lanes (Q8_0,
+// Q5_0, Q6_K; quant/lanes.hpp). It serves Q4_0, Q4_1 and Q5_1, whose float steps are
+// one fma per block and (row, token), as StepQ8_0 / StepQ8_1 within the summation
+// tolerance, and Q4_K and Q5_K, whose sub-block sums are exact integers (MmlaKOffset:
+// Q4_K's Step bit for bit, Q5_K within the summation tolerance of its Step). Below the
+// i8mm level, dot_tile_mmla is tile.hpp's dot_tile.
 #pragma once
 
+#include "cpu/kernels/neon/blocks256.hpp"
 #include "cpu/kernels/neon/blocks32.hpp"
 #include "cpu/kernels/tile.hpp"
 
@@ -97,6 +100,74 @@ struct MmlaQ8_1 {
   static float32x4_t finish(const Acc& acc) { return vaddq_f32(acc.v, acc.m); }
 };
 
+// Q4_K / Q5_K with Q8_K activations (W::Block, W::codes(block, j, c): the 32 codes of
+// sub-block j as int8): per sub-block, SMMLA's four integer dot products are scaled by
+// the rows' sub-block scales and summed in int32, as blocks256.hpp's scaled_sums, and
+// the mins go through the activation's bsums, as min_terms. Integer sums are exact, so
+// each (row, token) gets the integers of the step kernels, and then two fmas per
+// super-block: acc += float(sum) * (d * d_act), min += float(mins) * (dmin * d_act),
+// result acc - min, Q4_K's Step (llama.cpp's order) bit for bit.
+template <class W>
+struct MmlaKOffset {
+  static constexpr int kStep = quant::kQKK;
+  struct Act {
+    const std::byte* qs[2];
+    int16x8_t bsum_pairs[2];
+    float32x4_t d;  // per_token
+  };
+  struct Wt {
+    const std::byte* block[2];
+    int32_t sc[2][8];
+    int16x8_t mn[2];
+    float32x4_t d, dmin;  // per_row
+  };
+  struct Acc {
+    float32x4_t acc, min;
+  };
+  static Acc zero() { return {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; }
+  static Act load_act(const std::byte* a, size_t row_bytes, int64_t s) {
+    const ActQ8_K t0 = ActQ8_K::load(a, s), t1 = ActQ8_K::load(a + row_bytes, s);
+    return {{t0.qs, t1.qs}, {t0.bsum_pairs, t1.bsum_pairs}, per_token(t0.d, t1.d)};
+  }
+  static Wt load_w(const std::byte* w, size_t row_bytes, int64_t s) {
+    Wt r;
+    float d[2], dmin[2];
+    for (int i = 0; i < 2; ++i) {
+      const std::byte* b = w + size_t(i) * row_bytes + size_t(s) * sizeof(typename W::Block);
+      d[i] = half_at(b);
+      dmin[i] = half_at(b + 2);
+      const quant::KScales k = quant::unpack_k_scales(reinterpret_cast<const uint8_t*>(b + 4));
+      for (int j = 0; j < 8; ++j) r.sc[i][j] = k.sc[j];
+      r.mn[i] = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(k.mn)));
+      r.block[i] = b;
+    }
+    r.d = per_row(d[0], d[1]);
+    r.dmin = per_row(dmin[0], dmin[1]);
+    return r;
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    int32x4_t sum = vdupq_n_s32(0);
+    for (int j = 0; j < 8; ++j) {
+      int8x16_t c0[2], c1[2];
+      W::codes(w.block[0], j, c0);
+      W::codes(w.block[1], j, c1);
+      const Pair32 wq = interleave(c0[0], c0[1], c1[0], c1[1]);
+      const Pair32 aq = interleave(load_s8(a.qs[0] + 32 * j), load_s8(a.qs[0] + 32 * j + 16),
+                                   load_s8(a.qs[1] + 32 * j), load_s8(a.qs[1] + 32 * j + 16));
+      const int32x4_t scale = {w.sc[0][j], w.sc[0][j], w.sc[1][j], w.sc[1][j]};
+      sum = vmlaq_s32(sum, mmla32(wq, aq), scale);
+    }
+    int32_t mins[4];
+    for (int i = 0; i < 2; ++i)
+      for (int t = 0; t < 2; ++t)
+        mins[2 * i + t] = vaddvq_s32(vaddq_s32(vmull_s16(vget_low_s16(w.mn[i]), vget_low_s16(a.bsum_pairs[t])),
+                                               vmull_high_s16(w.mn[i], a.bsum_pairs[t])));
+    acc.acc = vfmaq_f32(acc.acc, vcvtq_f32_s32(sum), vmulq_f32(w.d, a.d));
+    acc.min = vfmaq_f32(acc.min, vcvtq_f32_s32(vld1q_s32(mins)), vmulq_f32(w.dmin, a.d));
+  }
+  static float32x4_t finish(const Acc& acc) { return vsubq_f32(acc.acc, acc.min); }
+};
+
 // A register tile of NP pairs of weight rows x NQ pairs of tokens (n: whole blocks).
 template <class M>
 struct MmlaTile {
@@ -132,6 +203,8 @@ template <class W>
 struct MmlaQ8_0 {};
 template <class W>
 struct MmlaQ8_1 {};
+template <class W>
+struct MmlaKOffset {};
 #endif
 
 // WeightKernels::dot_tile: at the i8mm level, pairs of rows x pairs of tokens with the

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "cpu/kernels/neon/blocks256.hpp"
+#include "cpu/kernels/neon/mmla.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -54,12 +55,37 @@ struct StepGrouped : Step {
   }
 };
 
+// The 32 codes of sub-block j (low nibbles of 32-byte group j / 2 for even j, high ones
+// for odd j), for the SMMLA tiles (mmla.hpp).
+struct Q4KCodes {
+  using Block = quant::BlockQ4_K;
+  static void codes(const std::byte* block, int j, int8x16_t c[2]) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8x16_t v = load_u8(block + offsetof(quant::BlockQ4_K, qs) + 32 * (j / 2) + 16 * h);
+      c[h] = vreinterpretq_s8_u8(j % 2 == 0 ? vandq_u8(v, vdupq_n_u8(0x0f)) : vshrq_n_u8(v, 4));
+    }
+  }
+};
+
 constexpr int kTileW = 2, kTileX = 2;
+
+// WeightKernels::dot_tile: at the i8mm level SMMLA pairs of rows x pairs of tokens
+// (MmlaKOffset, whose integer sums are exact: Step's bits), for one token and below
+// the i8mm level dot_tile_lanes. Every path gives Step's bits.
+void dot_tile_q4_k(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                   int n_x, float* out, size_t out_stride, int64_t n) {
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+  if (n_x >= 2)
+    return dot_tile_mmla<Step, MmlaKOffset<Q4KCodes>, kTileW, kTileX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x,
+                                                         out, out_stride, n);
+#endif
+  dot_tile_lanes<Step, kTileW, kTileX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
+}
 
 }  // namespace
 
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile_lanes<Step, kTileW, kTileX>, quant::ref::dequantize_q4_k, kTileW,
+                                    dot_tile_q4_k, quant::ref::dequantize_q4_k, kTileW,
                                     kTileX, {}, dot_tile_lanes<StepGrouped, kTileW, kTileX>};
 
 }  // namespace ember::cpu::EMBER_NEON_NS

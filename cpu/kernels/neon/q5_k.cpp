@@ -1,6 +1,7 @@
 // ARM64 kernels of Q5_K weights with Q8_K activations (see blocks256.hpp).
 // The fifth bit of code l of sub-block j is bit j of qh[l].
 #include "cpu/kernels/neon/blocks256.hpp"
+#include "cpu/kernels/neon/mmla.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -45,12 +46,37 @@ struct Step {
   static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
 };
 
+// The 32 codes of sub-block j for the SMMLA tiles (mmla.hpp), as load_codes.
+struct Q5KCodes {
+  using Block = quant::BlockQ5_K;
+  static void codes(const std::byte* block, int j, int8x16_t c[2]) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8x16_t v = load_u8(block + offsetof(quant::BlockQ5_K, qs) + 32 * (j / 2) + 16 * h);
+      const uint8x16_t low = j % 2 == 0 ? vandq_u8(v, vdupq_n_u8(0x0f)) : vshrq_n_u8(v, 4);
+      const uint8x16_t qh = load_u8(block + offsetof(quant::BlockQ5_K, qh) + 16 * h);
+      const uint8x16_t bit = vandq_u8(vshlq_u8(qh, vdupq_n_s8(int8_t(4 - j))), vdupq_n_u8(0x10));
+      c[h] = vreinterpretq_s8_u8(vorrq_u8(low, bit));
+    }
+  }
+};
+
 constexpr int kTileW = 2, kTileX = 2;
 
 }  // namespace
 
-extern const WeightKernels kQ5_K = {quant::DType::q5_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile<Step, kTileW, kTileX>, quant::ref::dequantize_q5_k, kTileW, kTileX,
-                                    {}};
+// dot_tile: SMMLA pairs at the i8mm level (MmlaKOffset's order, not Step's: the table
+// then names dot_tile<Step> for batch-invariant sums), dot_tile<Step> below it.
+extern const WeightKernels kQ5_K = {quant::DType::q5_k,
+                                    quant::DType::q8_k,
+                                    quantize_q8_k,
+                                    dot<Step>,
+                                    dot_tile_mmla<Step, MmlaKOffset<Q5KCodes>, kTileW, kTileX>,
+                                    quant::ref::dequantize_q5_k,
+                                    kTileW,
+                                    kTileX,
+                                    {},
+                                    nullptr,
+                                    {},
+                                    dot_tile<Step, kTileW, kTileX>};
 
 }  // namespace ember::cpu::EMBER_NEON_NS

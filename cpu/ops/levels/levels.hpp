@@ -9,7 +9,8 @@
 //   <level>/attention_lanes.cpp  llama.cpp's lanes16 / lanes64 dot products and GEMM
 //   <level>/kv_rows.cpp          quantized KV-cache rows
 //   <level>/attention_decode.cpp F16 decode-attention scores and P.V (scalar, avx2, avx512)
-//   scalar/gemm_f32.cpp, avx512/gemm_f32.cpp   f32 GEMMs (avx2: kernels/avx2/gemm_f32.cpp)
+//   <level>/gemm_f32.cpp         f32 GEMMs of the flash attention (scalar, avx512,
+//                                neon; avx2: kernels/avx2/gemm_f32.cpp)
 // A level without its own variant of something uses a lower level's (tables.cpp).
 #pragma once
 
@@ -115,11 +116,15 @@ op_signature::PvF16 pv_f16;
 namespace neon {
 op_signature::ToF16 to_f16;
 op_signature::FromF16 f16_to_f32;
+op_signature::BinaryRow gelu_glu_row;
 op_signature::DotF16 dot_f16, dot64_f16, dot16_f16;
 op_signature::DotF32 dot_f32, dot64_f32, dot16_f32;
 op_signature::AxpyF16 axpy_f16;
 op_signature::AxpyF32 axpy_f32;
 op_signature::Gemm16 gemm16;
+op_signature::GemmNt gemm_nt;
+op_signature::GemmNn gemm_nn;
+op_signature::KvRows kv_rows;
 }  // namespace neon
 #endif
 

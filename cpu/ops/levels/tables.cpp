@@ -4,8 +4,8 @@
 //
 // Where a level has no variant of its own, the entry names the lower level's that it
 // runs today: the AVX-512 level's f32 attention rows, to_f16 and GELU row are AVX2's;
-// the ARM64 levels run the loops, GELU, the f32 GEMMs and the quantized KV rows of the
-// scalar level (compiled for ARMv8-A, whose baseline has NEON; docs/arm.md).
+// the ARM64 levels run the elementwise loops of the scalar level (loops.cpp, compiled
+// for ARMv8-A, whose baseline has NEON, and vectorized by the compiler; docs/arm.md).
 #include "cpu/kernels/gemm_f32.hpp"
 #include "cpu/kernels/levels.hpp"
 #include "cpu/ops/levels/levels.hpp"
@@ -130,7 +130,7 @@ extern const OpKernels kOps = {
     .mul_row = scalar::mul_row,
     .scale_row = scalar::scale_row,
     .silu_glu_row = scalar::silu_glu_row,
-    .gelu_glu_row = scalar::gelu_glu_row,
+    .gelu_glu_row = gelu_glu_row,
     .scale_weighted = scalar::scale_weighted,
     .rotate_neox = scalar::rotate_neox,
     .rotate_normal = scalar::rotate_normal,
@@ -151,9 +151,9 @@ extern const OpKernels kOps = {
     .exp_masked16 = scalar::exp_masked16,
     .add_into = scalar::add_into,
     .scale_by = scalar::scale_by,
-    .gemm_nt = scalar::gemm_nt,
-    .gemm_nn = scalar::gemm_nn,
-    .kv_rows = scalar::kv_rows,
+    .gemm_nt = gemm_nt,
+    .gemm_nn = gemm_nn,
+    .kv_rows = kv_rows,
     .scores_f16 = nullptr,  // the decoded-tile path
     .pv_f16 = nullptr,
 };

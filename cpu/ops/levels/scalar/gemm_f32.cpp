@@ -1,5 +1,5 @@
 // The scalar level's f32 GEMMs for the flash attention (OpKernels::gemm_nt, gemm_nn):
-// plain loops, each dot product summed in index order (ARM64 uses them too for now).
+// plain loops, each dot product summed in index order.
 #include "cpu/ops/levels/levels.hpp"
 
 namespace ember::cpu::scalar {
