@@ -250,8 +250,8 @@ void write_arch_test_model(std::string_view arch, uint32_t seed, const std::file
   constexpr int64_t n_embd = 64, n_ff = 192, n_vocab = 320, n_ctx = 4096;
   constexpr int n_layer = 2, n_head = 4, n_head_kv = 2;
   // Gemma 2's heads are wider than n_embd / n_head (as in the 2B and 9B models).
-  // Qwen3-MoE: 4 experts of width 32, 2 per token, heads of 32 with per-head Q/K norms.
-  constexpr int n_expert = 4, n_expert_used = 2;
+  // Qwen3-MoE: 8 experts of width 32, 2 per token, heads of 32 with per-head Q/K norms.
+  constexpr int n_expert = 8, n_expert_used = 2;
   constexpr int64_t n_ff_exp = 32;
   const int64_t head_dim = gemma2 || moe ? 32 : n_embd / n_head;
   const int64_t q_rows = n_head * head_dim, kv_rows = n_head_kv * head_dim;
