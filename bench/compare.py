@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -76,6 +77,7 @@ def llama_bench(binary, model, args, fa):
             cmd += ["-d", csv(depths)]
         if fa is not None:
             cmd += ["-fa", str(fa)]
+        cmd += shlex.split(args.llama_args)
         tests = json.loads(run(cmd))
         for test in tests:
             commit = test.get("build_commit", commit)
@@ -143,6 +145,8 @@ def main():
                         help="repetitions inside each run (-r of both programs), default 1")
     parser.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"),
                         help="llama-bench binary (default: $LLAMA_BENCH)")
+    parser.add_argument("--llama-args", default="", metavar="ARGS",
+                        help="extra llama-bench arguments, one shell-quoted string (e.g. \"-ot exps=CPU\")")
     parser.add_argument("--ember", default=os.environ.get("EMBER") or shutil.which("ember"),
                         help="ember CLI binary (default: $EMBER, else ember on PATH)")
     parser.add_argument("--quiet-wait", type=float, default=0, metavar="SECONDS",

@@ -2,6 +2,10 @@
 // ember and llama.cpp load, for side-by-side speed measurements (bench/compare.py).
 //
 //   ember-make-model --preset tinyllama-1.1b --type q4_k_m -o ~/.cache/ember/bench/tinyllama-1.1b-Q4_K_M.gguf
+//   ember-make-model --preset qwen3-30b-a3b --type q4_0 -o ~/.cache/ember/bench/qwen3moe-30b-a3b-4l-Q4_0.gguf
+//
+// The qwen3-30b-a3b preset writes a "qwen3moe" model (Qwen3-30B-A3B's layer shapes,
+// fewer layers); --n-expert, --n-expert-used, --n-ff-exp and --head-dim shape it.
 //
 // --arch gemma2|granite|olmo2|phi3|qwen3moe writes the small F32 test model of that family
 // instead (bench/model_writer.hpp, write_arch_test_model); only --seed applies.
@@ -20,10 +24,11 @@ namespace {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: ember-make-model [--arch llama] [--preset tinyllama-1.1b|tiny] --type TYPE -o FILE\n"
+               "usage: ember-make-model [--arch llama] [--preset tinyllama-1.1b|tiny|qwen3-30b-a3b] --type TYPE -o FILE\n"
                "       ember-make-model --arch gemma2|granite|olmo2|phi3|qwen3moe [--seed N] -o FILE   (F32 test model)\n"
                "                        [--n-embd N] [--n-ff N] [--n-layer N] [--n-head N] [--n-head-kv N]\n"
                "                        [--n-vocab N] [--n-ctx N] [--seed N]\n"
+               "                        [--head-dim N] [--n-expert N] [--n-expert-used N] [--n-ff-exp N]\n"
                "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k\n"
                "  (per-tensor types follow llama-quantize: see bench/model_writer.hpp)\n");
 }
@@ -48,6 +53,7 @@ int main(int argc, char** argv) {
   bool have_type = false;
   // Shape overrides, applied after the preset.
   long long n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
+  long long head_dim = 0, n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -89,6 +95,14 @@ int main(int argc, char** argv) {
       n_vocab = to_int(arg, value);
     } else if (arg == "--n-ctx") {
       n_ctx = to_int(arg, value);
+    } else if (arg == "--head-dim") {
+      head_dim = to_int(arg, value);
+    } else if (arg == "--n-expert") {
+      n_expert = to_int(arg, value);
+    } else if (arg == "--n-expert-used") {
+      n_expert_used = to_int(arg, value);
+    } else if (arg == "--n-ff-exp") {
+      n_ff_exp = to_int(arg, value);
     } else if (arg == "--seed") {
       spec.seed = uint32_t(to_int(arg, value));
     } else {
@@ -113,7 +127,7 @@ int main(int argc, char** argv) {
   }
   const auto shape = llama_preset(preset);
   if (!shape) {
-    std::fprintf(stderr, "ember-make-model: unknown preset '%s' (tinyllama-1.1b, tiny)\n", preset.c_str());
+    std::fprintf(stderr, "ember-make-model: unknown preset '%s' (tinyllama-1.1b, tiny, qwen3-30b-a3b)\n", preset.c_str());
     return 2;
   }
   spec.shape = *shape;
@@ -124,6 +138,10 @@ int main(int argc, char** argv) {
   if (n_head_kv) spec.shape.n_head_kv = int(n_head_kv);
   if (n_vocab) spec.shape.n_vocab = n_vocab;
   if (n_ctx) spec.shape.n_ctx = n_ctx;
+  if (head_dim) spec.shape.head_dim = head_dim;
+  if (n_expert) spec.shape.n_expert = int(n_expert);
+  if (n_expert_used) spec.shape.n_expert_used = int(n_expert_used);
+  if (n_ff_exp) spec.shape.n_ff_exp = n_ff_exp;
   const auto type = file_type_from_name(type_name);
   if (!have_type || !type || output.empty()) {
     if (have_type && !type) std::fprintf(stderr, "ember-make-model: unknown type '%s'\n", type_name.c_str());

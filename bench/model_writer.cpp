@@ -87,14 +87,24 @@ void check_shape(const LlamaShape& s, DType widest_block) {
   require(s.n_layer > 0 && s.n_head > 0 && s.n_head_kv > 0, "model shape: layers and heads must be positive");
   require(s.n_head % s.n_head_kv == 0, "model shape: {} heads cannot be grouped over {} kv heads", s.n_head,
           s.n_head_kv);
-  require(s.n_embd % s.n_head == 0 && (s.n_embd / s.n_head) % 2 == 0,
-          "model shape: n_embd {} is not a multiple of 2 * n_head ({})", s.n_embd, s.n_head);
+  if (s.head_dim == 0)
+    require(s.n_embd % s.n_head == 0 && (s.n_embd / s.n_head) % 2 == 0,
+            "model shape: n_embd {} is not a multiple of 2 * n_head ({})", s.n_embd, s.n_head);
+  else
+    require(s.head_dim > 0 && s.head_dim % 2 == 0, "model shape: head_dim {} must be positive and even", s.head_dim);
+  if (s.n_expert > 0)
+    require(s.n_expert_used > 0 && s.n_expert_used <= s.n_expert && s.n_ff_exp > 0,
+            "model shape: {} experts need 1..{} used per token and a positive n_ff_exp", s.n_expert, s.n_expert);
   require(s.n_vocab >= 259, "model shape: n_vocab {} is below 259 (3 special and 256 byte tokens)", s.n_vocab);
   require(s.n_ctx > 0, "model shape: n_ctx must be positive");
   const int64_t block = quant::type_info(widest_block).block_elems;
   require(s.n_embd % block == 0 && s.n_ff % block == 0,
           "model shape: n_embd {} and n_ff {} must be multiples of {} for {}", s.n_embd, s.n_ff, block,
           quant::type_name(widest_block));
+  const int64_t head_dim = s.head_dim ? s.head_dim : s.n_embd / s.n_head;
+  require(head_dim * s.n_head % block == 0 && s.n_ff_exp % block == 0,
+          "model shape: n_head * head_dim {} and n_ff_exp {} must be multiples of {} for {}", head_dim * s.n_head,
+          s.n_ff_exp, block, quant::type_name(widest_block));
 }
 
 // A SentencePiece vocabulary shaped like llama's: <unk> <s> </s>, the 256 byte
@@ -146,6 +156,23 @@ std::optional<LlamaShape> llama_preset(std::string_view name) {
     s.n_ctx = 512;
     return s;
   }
+  if (name == "qwen3-30b-a3b") {
+    LlamaShape s;
+    s.n_embd = 2048;
+    s.n_ff = 6144;
+    s.n_layer = 4;
+    s.n_head = 32;
+    s.n_head_kv = 4;
+    s.head_dim = 128;
+    s.n_vocab = 32000;
+    s.n_ctx = 4096;
+    s.rope_base = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 768;
+    return s;
+  }
   return std::nullopt;
 }
 
@@ -165,10 +192,10 @@ uint32_t llama_ftype(FileType type) { return row_of(type).ftype; }
 
 DType weight_type_of(FileType type, std::string_view kind, int layer, int n_layer) {
   const DType base = row_of(type).base;
-  if (kind.ends_with("norm.weight")) return DType::f32;
+  if (kind.ends_with("norm.weight") || kind == "ffn_gate_inp.weight") return DType::f32;
   if (is_float(base)) return base;
   if (kind == "output.weight") return base == DType::q8_0 ? DType::q8_0 : DType::q6_k;
-  if ((type == FileType::q4_k_m || type == FileType::q5_k_m) && (kind == "attn_v.weight" || kind == "ffn_down.weight") &&
+  if ((type == FileType::q4_k_m || type == FileType::q5_k_m) && (kind == "attn_v.weight" || kind.starts_with("ffn_down")) &&
       use_more_bits(layer, n_layer))
     return DType::q6_k;
   return base;
@@ -178,24 +205,35 @@ void write_llama_model(const ModelSpec& spec, const std::filesystem::path& path)
   const LlamaShape& s = spec.shape;
   const bool k_quants = spec.type == FileType::q4_k_m || spec.type == FileType::q5_k_m || spec.type == FileType::q6_k;
   check_shape(s, k_quants ? DType::q4_k : row_of(spec.type).base);
-  const int64_t head_dim = s.n_embd / s.n_head;
-  const int64_t n_embd_kv = head_dim * s.n_head_kv;
+  const bool moe = s.n_expert > 0;
+  const int64_t head_dim = s.head_dim ? s.head_dim : s.n_embd / s.n_head;
+  const int64_t n_embd_q = head_dim * s.n_head, n_embd_kv = head_dim * s.n_head_kv;
+  const std::string arch = moe ? "qwen3moe" : "llama", p = arch + ".";
 
   gguf::Writer w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", arch);
   w.add_string("general.name", spec.name);
   w.add_uint32("general.file_type", llama_ftype(spec.type));
   w.add_uint32("general.alignment", 32);   // the default, written out
-  w.add_uint32("llama.context_length", uint32_t(s.n_ctx));
-  w.add_uint32("llama.embedding_length", uint32_t(s.n_embd));
-  w.add_uint32("llama.block_count", uint32_t(s.n_layer));
-  w.add_uint32("llama.feed_forward_length", uint32_t(s.n_ff));
-  w.add_uint32("llama.attention.head_count", uint32_t(s.n_head));
-  w.add_uint32("llama.attention.head_count_kv", uint32_t(s.n_head_kv));
-  w.add_float32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.add_uint32("llama.rope.dimension_count", uint32_t(head_dim));
-  w.add_float32("llama.rope.freq_base", s.rope_base);
-  w.add_uint32("llama.vocab_size", uint32_t(s.n_vocab));
+  w.add_uint32(p + "context_length", uint32_t(s.n_ctx));
+  w.add_uint32(p + "embedding_length", uint32_t(s.n_embd));
+  w.add_uint32(p + "block_count", uint32_t(s.n_layer));
+  w.add_uint32(p + "feed_forward_length", uint32_t(s.n_ff));
+  w.add_uint32(p + "attention.head_count", uint32_t(s.n_head));
+  w.add_uint32(p + "attention.head_count_kv", uint32_t(s.n_head_kv));
+  w.add_float32(p + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.add_uint32(p + "rope.dimension_count", uint32_t(head_dim));
+  w.add_float32(p + "rope.freq_base", s.rope_base);
+  w.add_uint32(p + "vocab_size", uint32_t(s.n_vocab));
+  if (s.head_dim) {
+    w.add_uint32(p + "attention.key_length", uint32_t(head_dim));
+    w.add_uint32(p + "attention.value_length", uint32_t(head_dim));
+  }
+  if (moe) {
+    w.add_uint32(p + "expert_count", uint32_t(s.n_expert));
+    w.add_uint32(p + "expert_used_count", uint32_t(s.n_expert_used));
+    w.add_uint32(p + "expert_feed_forward_length", uint32_t(s.n_ff_exp));
+  }
   add_vocabulary(w, s.n_vocab);
 
   std::mt19937 rng(spec.seed);
@@ -205,24 +243,47 @@ void write_llama_model(const ModelSpec& spec, const std::filesystem::path& path)
     const DType type = weight_type_of(spec.type, kind, layer, s.n_layer);
     w.add_tensor(name, type, {cols, rows}, random_matrix(type, rows, cols, kSigma, rng));
   };
-  const auto vector = [&](const std::string& name) {
-    w.add_tensor(name, DType::f32, {s.n_embd}, norm_vector(s.n_embd, rng));
+  const auto vector = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, DType::f32, {n}, norm_vector(n, rng));
+  };
+  // n_expert matrices [rows, cols] stacked (GGUF shape {cols, rows, n_expert}).
+  const auto experts = [&](const std::string& name, std::string_view kind, int layer, int64_t rows, int64_t cols) {
+    const DType type = weight_type_of(spec.type, kind, layer, s.n_layer);
+    w.add_tensor(name, type, {cols, rows, s.n_expert}, random_matrix(type, s.n_expert * rows, cols, kSigma, rng));
   };
 
   matrix("token_embd.weight", "token_embd.weight", 0, s.n_vocab, s.n_embd);
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string blk = fmt::format("blk.{}.", il);
-    vector(blk + "attn_norm.weight");
-    matrix(blk + "attn_q.weight", "attn_q.weight", il, s.n_embd, s.n_embd);
+    vector(blk + "attn_norm.weight", s.n_embd);
+    matrix(blk + "attn_q.weight", "attn_q.weight", il, n_embd_q, s.n_embd);
     matrix(blk + "attn_k.weight", "attn_k.weight", il, n_embd_kv, s.n_embd);
     matrix(blk + "attn_v.weight", "attn_v.weight", il, n_embd_kv, s.n_embd);
-    matrix(blk + "attn_output.weight", "attn_output.weight", il, s.n_embd, s.n_embd);
-    vector(blk + "ffn_norm.weight");
-    matrix(blk + "ffn_gate.weight", "ffn_gate.weight", il, s.n_ff, s.n_embd);
-    matrix(blk + "ffn_up.weight", "ffn_up.weight", il, s.n_ff, s.n_embd);
-    matrix(blk + "ffn_down.weight", "ffn_down.weight", il, s.n_embd, s.n_ff);
+    if (moe) {
+      vector(blk + "attn_q_norm.weight", head_dim);
+      vector(blk + "attn_k_norm.weight", head_dim);
+    }
+    matrix(blk + "attn_output.weight", "attn_output.weight", il, s.n_embd, n_embd_q);
+    vector(blk + "ffn_norm.weight", s.n_embd);
+    if (moe) {
+      // The router: F32 as llama-quantize leaves it, every row drawn (copied rows would tie
+      // experts), so that the tokens spread over all the experts as in a trained model.
+      std::normal_distribution<float> normal(0.0f, kSigma);
+      std::vector<float> router(size_t(s.n_expert * s.n_embd));
+      for (float& v : router) v = normal(rng);
+      std::vector<std::byte> router_bytes(router.size() * sizeof(float));
+      std::memcpy(router_bytes.data(), router.data(), router_bytes.size());
+      w.add_tensor(blk + "ffn_gate_inp.weight", DType::f32, {s.n_embd, s.n_expert}, std::move(router_bytes));
+      experts(blk + "ffn_gate_exps.weight", "ffn_gate_exps.weight", il, s.n_ff_exp, s.n_embd);
+      experts(blk + "ffn_up_exps.weight", "ffn_up_exps.weight", il, s.n_ff_exp, s.n_embd);
+      experts(blk + "ffn_down_exps.weight", "ffn_down_exps.weight", il, s.n_embd, s.n_ff_exp);
+    } else {
+      matrix(blk + "ffn_gate.weight", "ffn_gate.weight", il, s.n_ff, s.n_embd);
+      matrix(blk + "ffn_up.weight", "ffn_up.weight", il, s.n_ff, s.n_embd);
+      matrix(blk + "ffn_down.weight", "ffn_down.weight", il, s.n_embd, s.n_ff);
+    }
   }
-  vector("output_norm.weight");
+  vector("output_norm.weight", s.n_embd);
   matrix("output.weight", "output.weight", 0, s.n_vocab, s.n_embd);
   w.write(path);
 }

@@ -32,9 +32,18 @@ struct LlamaShape {
   int64_t n_ctx = 2048;       // llama.context_length
   float rope_base = 10000.0f; // llama.rope.freq_base
   float rms_eps = 1e-5f;      // llama.attention.layer_norm_rms_epsilon
+  int64_t head_dim = 0;       // per-head width; 0: n_embd / n_head (key_length / value_length when set)
+  // Mixture of experts: n_expert > 0 writes a "qwen3moe" model (per-head Q/K norms, a
+  // router and n_expert gated FFNs of width n_ff_exp per layer, n_expert_used per token).
+  int n_expert = 0;           // experts per layer; 0: a dense llama model
+  int n_expert_used = 0;      // experts per token, 1..n_expert
+  int64_t n_ff_exp = 0;       // expert FFN width; a multiple of 256 for the K formats
 };
 
-// Named shapes: "tinyllama-1.1b" (TinyLlama 1.1B), "tiny" (2 layers, n_embd 256, for tests).
+// Named shapes: "tinyllama-1.1b" (TinyLlama 1.1B), "tiny" (2 layers, n_embd 256, for tests),
+// "qwen3-30b-a3b" (Qwen3-30B-A3B's layer shapes: n_embd 2048, 32 / 4 heads of 128, 128
+// experts of width 768 with 8 per token; 4 of its 48 layers and a 32000-token vocabulary,
+// which keeps the Q4_0 file near 1.4 GB).
 std::optional<LlamaShape> llama_preset(std::string_view name);
 
 // File types, as llama-quantize names them (the `general.file_type` values are
@@ -49,7 +58,8 @@ uint32_t llama_ftype(FileType type);                                   // genera
 //   Q4_K_M / Q5_K_M: attn_v and ffn_down of the layers where llama.cpp's
 //     use_more_bits(i, n) holds (the first and last eighth, and every third layer
 //     in between) are Q6_K, everything else Q4_K / Q5_K (token_embd included);
-//   norms (`is_norm`) stay F32; everything else has the file's base type.
+//   norms (`is_norm`) and the MoE router (ffn_gate_inp) stay F32; everything else has
+//   the file's base type. ffn_down_exps follows the ffn_down rule.
 // `kind` is the tensor name without "blk.N." ("attn_v.weight", "output.weight", ...).
 quant::DType weight_type_of(FileType type, std::string_view kind, int layer, int n_layer);
 
@@ -60,7 +70,7 @@ struct ModelSpec {
   std::string name = "ember-bench";  // general.name
 };
 
-// Writes the model to `path`. Throws ember::Error: invalid_argument (shape), io.
+// Writes the model to `path` ("llama", or "qwen3moe" when shape.n_expert > 0). Throws ember::Error: invalid_argument (shape), io.
 // Takes seconds for a 1B model: each matrix is filled with copies of 64 rows
 // quantized from random values (a row's contents do not change the speed of any
 // kernel), not by quantizing every row.

@@ -80,7 +80,8 @@ struct ModelInfo {
   int n_sliding_layers = 0;         // layers that use the window
   std::map<std::string, int> tensor_types;  // weight type name -> number of tensors
   size_t weight_bytes = 0;          // bytes of weights the backend holds
-  size_t decode_bytes_per_token = 0;  // weight bytes one decode step reads (all matrices; embeddings only if tied)
+  size_t decode_bytes_per_token = 0;  // weight bytes one decode step reads (all matrices, of a mixture of
+                                      // experts only the experts used per token; embeddings only if tied)
   size_t file_bytes = 0;            // size of the GGUF file
   size_t kv_bytes_per_token = 0;    // KV-cache bytes per token at F16 storage
   std::string tokenizer;            // "spm" or "bpe"

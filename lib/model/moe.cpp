@@ -33,7 +33,8 @@ void moe_ffn(backend::Backend& be, const HParams& hp, const LayerWeights& L, con
     for (int e = 0; e < n_expert; ++e) p[e] *= inv;
     // The k most probable experts, most probable first (ties: lower index first).
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     double chosen_sum = 0.0;
     for (int i = 0; i < k; ++i) chosen_sum += double(p[order[size_t(i)]]);
     const auto total = float(chosen_sum);
@@ -44,20 +45,24 @@ void moe_ffn(backend::Backend& be, const HParams& hp, const LayerWeights& L, con
   }
 
   // ---- each expert on the tokens that chose it ----
-  // host_down[(t * k + i) * n_embd ...]: token t's output of its i-th expert, weighted.
-  s.host_down.assign(size_t(n * k * n_embd), 0.0f);
-  s.host_out.resize(size_t(n * n_embd));
+  // The routed slots (t * k + i) grouped by expert in one counting pass, tokens in
+  // order within an expert: slot_order[expert_start[e] .. expert_start[e + 1]).
+  s.expert_start.assign(size_t(n_expert) + 1, 0);
+  for (const int32_t e : s.chosen) ++s.expert_start[size_t(e) + 1];
+  for (int e = 0; e < n_expert; ++e) s.expert_start[size_t(e) + 1] += s.expert_start[size_t(e)];
+  s.slot_order.resize(size_t(n * k));
+  s.cursor.assign(s.expert_start.begin(), s.expert_start.end() - 1);
+  for (int64_t slot = 0; slot < n * k; ++slot) s.slot_order[size_t(s.cursor[size_t(s.chosen[size_t(slot)])]++)] = slot;
+
+  // host_down[(t * k + i) * n_embd ...]: token t's output of its i-th expert, weighted;
+  // every slot is written by its expert below.
+  s.host_down.resize(size_t(n * k * n_embd));
   for (int e = 0; e < n_expert; ++e) {
-    s.host_rows.clear();
-    std::vector<int64_t> slots;  // t * k + i of each routed row
-    for (int64_t t = 0; t < n; ++t)
-      for (int i = 0; i < k; ++i)
-        if (s.chosen[size_t(t * k + i)] == e) {
-          s.host_rows.push_back(int32_t(t));
-          slots.push_back(t * k + i);
-        }
-    const auto m = int64_t(s.host_rows.size());
-    if (m == 0) continue;
+    const int64_t first = s.expert_start[size_t(e)], m = s.expert_start[size_t(e) + 1] - first;
+    if (m == 0) continue;   // no token chose it: its weights are not read
+    const int64_t* slots = s.slot_order.data() + first;
+    s.host_rows.resize(size_t(m));
+    for (int64_t r = 0; r < m; ++r) s.host_rows[size_t(r)] = int32_t(slots[r] / k);
     const backend::Tensor rows = s.rows.slice_rows(0, m), in = s.in.slice_rows(0, m);
     const backend::Tensor gate = s.gate.slice_rows(0, m), up = s.up.slice_rows(0, m);
     const backend::Tensor down = s.down.slice_rows(0, m);
@@ -70,9 +75,9 @@ void moe_ffn(backend::Backend& be, const HParams& hp, const LayerWeights& L, con
     s.host_out.resize(size_t(m * n_embd));
     be.download(down, s.host_out.data());
     for (int64_t r = 0; r < m; ++r) {
-      const float w = s.weights[size_t(slots[size_t(r)])];
+      const float w = s.weights[size_t(slots[r])];
       const float* src = s.host_out.data() + r * n_embd;
-      float* dst = s.host_down.data() + slots[size_t(r)] * n_embd;
+      float* dst = s.host_down.data() + slots[r] * n_embd;
       for (int64_t c = 0; c < n_embd; ++c) dst[c] = src[c] * w;
     }
   }

@@ -28,8 +28,9 @@ struct MoeScratch {
   backend::Tensor gate, up;    // f32 [capacity, n_ff_exp]
   backend::Tensor down;        // f32 [capacity, n_embd]
   std::vector<float> host_router, host_down, host_out;
-  std::vector<int32_t> host_rows, chosen;
-  std::vector<float> weights;
+  std::vector<int32_t> host_rows, chosen;   // chosen[t * k + i]: token t's i-th expert
+  std::vector<float> weights;               // weights[t * k + i]: its renormalised probability
+  std::vector<int64_t> expert_start, cursor, slot_order;  // the slots grouped by expert
 };
 
 // out[t] = sum over the experts chosen by token t of weight * FFN_expert(x[t]), for the

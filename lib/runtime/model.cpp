@@ -74,6 +74,12 @@ ModelInfo describe(const model::LoadedModel& m, const gguf::File& file) {
   const bool tied = m.weights.output.buffer == m.weights.token_embd.buffer &&
                     m.weights.output.offset == m.weights.token_embd.offset;
   info.decode_bytes_per_token = m.weights.bytes - (tied ? 0 : m.weights.token_embd.bytes());
+  // A mixture of experts reads n_expert_used of its n_expert experts per token.
+  if (hp.n_expert > 0)
+    for (const model::LayerWeights& l : m.weights.layers) {
+      const size_t experts = l.exp_gate.bytes() + l.exp_up.bytes() + l.exp_down.bytes();
+      info.decode_bytes_per_token -= experts - experts / size_t(hp.n_expert) * size_t(hp.n_expert_used);
+    }
   info.file_bytes = file.file_size();
   info.kv_bytes_per_token = size_t(hp.n_layer) * 2 * size_t(hp.n_head_kv) * size_t(hp.head_dim_k) * 2;
   return info;

@@ -1,5 +1,6 @@
 // bench/model_writer: the random llama models used to compare ember with llama.cpp
 // carry llama.cpp's metadata and per-tensor types, and run in ember with finite logits.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -29,6 +30,16 @@ std::filesystem::path write_tiny(FileType type) {
   const auto path = temp_model(std::string(bench::file_type_name(type)) + ".gguf");
   bench::write_llama_model(spec, path);
   return path;
+}
+
+// The tiny preset as a qwen3moe model: 8 experts of width 128, 2 per token, heads of 96.
+bench::LlamaShape tiny_moe() {
+  bench::LlamaShape s = *bench::llama_preset("tiny");
+  s.head_dim = 96;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 128;
+  return s;
 }
 
 }  // namespace
@@ -156,4 +167,75 @@ TEST_CASE("bad shapes are rejected", "[bench]") {
   spec.shape = *bench::llama_preset("tiny");
   spec.shape.n_vocab = 100;
   require_invalid(spec, "below 259");
+  spec.shape = tiny_moe();
+  spec.shape.n_expert_used = 9;
+  require_invalid(spec, "8 experts need 1..8 used per token");
+  spec.shape = tiny_moe();
+  spec.shape.head_dim = 33;
+  require_invalid(spec, "head_dim 33 must be positive and even");
+  spec.shape = tiny_moe();
+  spec.type = FileType::q4_k_m;
+  spec.shape.n_ff_exp = 64;
+  require_invalid(spec, "n_ff_exp 64 must be multiples of 256");
+}
+
+TEST_CASE("the qwen3-30b-a3b preset has Qwen3-30B-A3B's layer shapes", "[bench]") {
+  const auto s = bench::llama_preset("qwen3-30b-a3b");
+  REQUIRE(s.has_value());
+  CHECK(s->n_embd == 2048);
+  CHECK(s->n_head == 32);
+  CHECK(s->n_head_kv == 4);
+  CHECK(s->head_dim == 128);
+  CHECK(s->n_expert == 128);
+  CHECK(s->n_expert_used == 8);
+  CHECK(s->n_ff_exp == 768);
+  CHECK(bench::weight_type_of(FileType::q4_0, "ffn_gate_inp.weight", 0, 4) == DType::f32);
+  CHECK(bench::weight_type_of(FileType::q4_k_m, "ffn_down_exps.weight", 3, 4) == DType::q6_k);
+  CHECK(bench::weight_type_of(FileType::q4_k_m, "ffn_down_exps.weight", 1, 4) == DType::q4_k);
+  CHECK(bench::weight_type_of(FileType::q4_k_m, "ffn_up_exps.weight", 3, 4) == DType::q4_k);
+}
+
+TEST_CASE("written qwen3moe models load and run in ember", "[bench]") {
+  bench::ModelSpec spec;
+  spec.shape = tiny_moe();
+  spec.type = FileType::q8_0;
+  const auto path = temp_model("moe-Q8_0.gguf");
+  bench::write_llama_model(spec, path);
+  {
+    const gguf::File f = gguf::File::open(path);
+    CHECK(f.get_string("general.architecture") == "qwen3moe");
+    CHECK(f.get_uint("qwen3moe.expert_count") == 8);
+    CHECK(f.get_uint("qwen3moe.expert_used_count") == 2);
+    CHECK(f.get_uint("qwen3moe.expert_feed_forward_length") == 128);
+    CHECK(f.get_uint("qwen3moe.attention.key_length") == 96);
+    CHECK(f.tensor("blk.0.attn_q.weight").shape == std::vector<int64_t>{256, 4 * 96});
+    CHECK(f.tensor("blk.0.attn_output.weight").shape == std::vector<int64_t>{4 * 96, 256});
+    CHECK(f.tensor("blk.0.attn_q_norm.weight").shape == std::vector<int64_t>{96});
+    CHECK(f.tensor("blk.1.ffn_gate_inp.weight").type == DType::f32);
+    CHECK(f.tensor("blk.1.ffn_down_exps.weight").shape == std::vector<int64_t>{128, 256, 8});
+    CHECK(f.tensor("blk.1.ffn_down_exps.weight").type == DType::q8_0);
+  }
+  {
+    ModelOptions options;
+    options.threads = 2;
+    auto model = Model::load(path, options);
+    const ModelInfo& info = model->info();
+    CHECK(info.architecture == "qwen3moe");
+    // A decode step reads 2 of the 8 experts: the expert matrices (3 per layer, 8 x 128 x 256
+    // Q8_0 values = 34 bytes per 32) count a quarter.
+    const size_t experts = 2 * 3 * size_t(8 * 128 * 256 / 32 * 34);
+    const size_t embd = size_t(512 * 256 / 32 * 34);
+    CHECK(info.decode_bytes_per_token == info.weight_bytes - embd - experts + experts / 4);
+    auto session = model->new_session();
+    std::mt19937 rng(3);
+    std::vector<int32_t> prompt(16);
+    for (auto& t : prompt) t = int32_t(rng() % 512);
+    session->prefill(prompt);
+    session->decode(int32_t(rng() % 512));
+    const auto logits = session->logits();
+    REQUIRE(logits.size() == 512);
+    for (const float v : logits) REQUIRE(std::isfinite(v));
+    CHECK(*std::max_element(logits.begin(), logits.end()) - *std::min_element(logits.begin(), logits.end()) > 1e-3f);
+  }
+  std::filesystem::remove(path);
 }
