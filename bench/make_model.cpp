@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   ModelSpec spec;
   spec.shape = *llama_preset("tinyllama-1.1b");
   std::string output, type_name, preset = "tinyllama-1.1b", arch = "llama";
+  bool preset_given = false;
   bool have_type = false;
   // Shape overrides, applied after the preset.
   long long n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
       arch = value;
     } else if (arg == "--preset") {
       preset = value;
+      preset_given = true;
     } else if (arg == "--type") {
       type_name = value;
       have_type = true;
@@ -112,6 +114,14 @@ int main(int argc, char** argv) {
     }
   }
   if (arch != "llama") {
+    if (preset_given || !type_name.empty()) {
+      // --arch writes the fixed small F32 test model; a shape or type would be ignored.
+      std::fprintf(stderr,
+                   "ember-make-model: --arch %s writes the small F32 test model and takes no --preset or --type "
+                   "(a large Qwen3-MoE file: --preset qwen3-30b-a3b without --arch)\n",
+                   arch.c_str());
+      return 2;
+    }
     if (output.empty()) {
       usage(stderr);
       return 2;
