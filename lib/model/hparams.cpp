@@ -131,6 +131,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
                       : hp.n_ff / hp.n_expert_used;
     if (hp.n_ff_exp <= 0)
       fail(ErrorCode::malformed_file, "{}: expert feed-forward length is 0", f.name());
+    hp.expert_weights_norm = f.get_bool_or(p + "expert_weights_norm", true);
   }
 
   int window = 0;

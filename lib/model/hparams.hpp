@@ -41,6 +41,9 @@ struct HParams {
   int n_expert = 0;          // {arch}.expert_count (MoE families; 0: dense)
   int n_expert_used = 0;     // {arch}.expert_used_count: experts per token
   int64_t n_ff_exp = 0;      // {arch}.expert_feed_forward_length (default n_ff / n_expert_used)
+  // {arch}.expert_weights_norm: the chosen experts' probabilities are divided by their
+  // sum (default true, as llama.cpp's qwen3moe graph always does; Qwen3's norm_topk_prob).
+  bool expert_weights_norm = true;
   int64_t n_ctx_orig = 0;    // {arch}.rope.scaling.original_context_length (default n_ctx_train): LongRoPE
                              // uses its long factors when a sequence may hold more tokens
   std::vector<LayerParams> layers;

@@ -40,7 +40,7 @@ void moe_ffn(backend::Backend& be, const HParams& hp, const LayerWeights& L, con
     const auto total = float(chosen_sum);
     for (int i = 0; i < k; ++i) {
       s.chosen[size_t(t * k + i)] = order[size_t(i)];
-      s.weights[size_t(t * k + i)] = p[order[size_t(i)]] / total;
+      s.weights[size_t(t * k + i)] = hp.expert_weights_norm ? p[order[size_t(i)]] / total : p[order[size_t(i)]];
     }
   }
 

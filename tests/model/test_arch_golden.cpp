@@ -109,7 +109,8 @@ void check_file(const std::string& name) {
 std::vector<std::byte> edited(const std::string& name, const std::vector<std::string>& drop,
                               const std::vector<std::pair<std::string, float>>& set_float = {},
                               const std::vector<std::pair<std::string, std::string>>& set_string = {},
-                              const std::vector<std::pair<std::string, uint32_t>>& set_uint = {}) {
+                              const std::vector<std::pair<std::string, uint32_t>>& set_uint = {},
+                              const std::vector<std::pair<std::string, bool>>& set_bool = {}) {
   const gguf::File f = gguf::File::open(arch_dir() / (name + ".gguf"));
   const auto dropped = [&](const std::string& s) { return std::find(drop.begin(), drop.end(), s) != drop.end(); };
   gguf::Writer w;
@@ -119,11 +120,13 @@ std::vector<std::byte> edited(const std::string& name, const std::vector<std::st
     for (const auto& [key, v] : set_float) replaced = replaced || key == kv.key;
     for (const auto& [key, v] : set_string) replaced = replaced || key == kv.key;
     for (const auto& [key, v] : set_uint) replaced = replaced || key == kv.key;
+    for (const auto& [key, v] : set_bool) replaced = replaced || key == kv.key;
     if (!replaced) w.add(kv.key, kv.value);
   }
   for (const auto& [key, v] : set_float) w.add_float32(key, v);
   for (const auto& [key, v] : set_string) w.add_string(key, v);
   for (const auto& [key, v] : set_uint) w.add_uint32(key, v);
+  for (const auto& [key, v] : set_bool) w.add_bool(key, v);
   for (const gguf::TensorInfo& t : f.tensors())
     if (!dropped(t.name)) w.add_tensor(t.name, t.type, t.shape, std::span(t.data, size_t(t.n_bytes)));
   return w.to_bytes();
@@ -195,6 +198,7 @@ TEST_CASE("arch: each family's metadata is read from the file", "[arch]") {
   const model::HParams moe = hparams("qwen3moe");
   CHECK(moe.n_expert == 8);
   CHECK(moe.n_expert_used == 2);
+  CHECK(moe.expert_weights_norm);
   CHECK(moe.n_ff_exp == 32);
   // Without expert_feed_forward_length: feed_forward_length / expert_used_count.
   CHECK(model::HParams::from_gguf(gguf::File::from_bytes(edited("qwen3moe-F16", {"qwen3moe.expert_feed_forward_length"})))
@@ -333,6 +337,12 @@ TEST_CASE("arch: each difference shows in the logits", "[arch]") {
   CHECK(maxrel_of("phi3-Q8_0", edited("phi3-Q8_0", {"phi3.rope.scaling.original_context_length"})) > 5e-2);
   // One expert per token instead of two.
   CHECK(maxrel_of("qwen3moe-Q8_0", edited("qwen3moe-Q8_0", {}, {}, {}, {{"qwen3moe.expert_used_count", 1}})) > 5e-2);
+  // expert_weights_norm: absent means true (llama.cpp's qwen3moe); false keeps the raw
+  // probabilities of the chosen experts, which must change the logits.
+  CHECK(maxrel_of("qwen3moe-Q8_0", edited("qwen3moe-Q8_0", {}, {}, {}, {}, {{"qwen3moe.expert_weights_norm", true}})) ==
+        0.0);
+  CHECK(maxrel_of("qwen3moe-Q8_0", edited("qwen3moe-Q8_0", {}, {}, {}, {}, {{"qwen3moe.expert_weights_norm", false}})) >
+        5e-2);
 }
 
 // The committed files come from bench/model_writer.cpp: its F32 model, rounded to F16
