@@ -13,6 +13,7 @@
 // the 4 heads, and the probabilities come in as embedded broadcasts.
 #include <algorithm>
 
+#include "cpu/kernels/avx512/reduce16.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
 #include "cpu/ops/levels/levels.hpp"
 
@@ -24,20 +25,6 @@ constexpr int kPvRows = 32;
 
 inline __m512 f16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-inline __m512 reduce16(const __m512* acc) {
-  __m512 a8[8], a4[4], a2[2];
-  for (int i = 0; i < 8; ++i)
-    a8[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
-                          _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
-  for (int i = 0; i < 4; ++i)
-    a4[i] = _mm512_add_ps(_mm512_shuffle_ps(a8[2 * i], a8[2 * i + 1], 0x44),
-                          _mm512_shuffle_ps(a8[2 * i], a8[2 * i + 1], 0xEE));
-  for (int i = 0; i < 2; ++i)
-    a2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a4[2 * i], a4[2 * i + 1], 0x88),
-                          _mm512_shuffle_f32x4(a4[2 * i], a4[2 * i + 1], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a2[0], a2[1], 0x88), _mm512_shuffle_f32x4(a2[0], a2[1], 0xDD));
 }
 
 // acc[g][x] (G heads x NX 16-column chunks, columns [c0, c0 + 16 NX)) += p[g][j] v_j over
