@@ -17,8 +17,10 @@
 // with different target flags, and instances must not be merged across levels.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ember::cpu {
@@ -69,12 +71,14 @@ void tile_fixed(const std::byte* w, size_t w_row_bytes, const std::byte* a, size
 // memory bandwidth that decode is bound by. The activation steps, which tile_fixed
 // would redo per group of NW rows, are prepared once per segment of the row into a
 // buffer on the stack and reused by every weight row.
-template <class K, int NX>
+// kSegmentSteps: steps per segment (0: as many as fit the buffer for NX rows).
+template <class K, int NX, int64_t kSegmentSteps = 0>
 void rows_sequential(const std::byte* w, size_t w_row_bytes, int n_w, const std::byte* a, size_t a_row_bytes,
                      float* out, size_t out_stride, int64_t n) {
   using Act = typename K::Act;
   constexpr size_t kBufferBytes = 32 * 1024;  // on the stack; about L1
-  constexpr int64_t kSegment = int64_t(kBufferBytes / (sizeof(Act) * NX)) > 0 ? kBufferBytes / (sizeof(Act) * NX) : 1;
+  constexpr int64_t kFit = int64_t(kBufferBytes / (sizeof(Act) * NX)) > 0 ? kBufferBytes / (sizeof(Act) * NX) : 1;
+  constexpr int64_t kSegment = kSegmentSteps > 0 ? kSegmentSteps : kFit;
   alignas(64) Act acts[kSegment * NX];
   const int64_t steps = n / K::kStep;
   const size_t step = step_bytes(w_row_bytes, n, K::kStep);
@@ -182,6 +186,30 @@ void dot_tile_split(const void* weights, size_t w_row_bytes, int n_w, const void
   }
   dot_tile_with<PlainTile<KTile>, MW, MX>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride,
                                           n);
+}
+
+// WeightKernels::dot_tile_invariant for step kernels with one accumulator per (row,
+// token): rows_sequential over blocks of up to MX tokens with segments of the same
+// number of steps for every block width, so that a token's sum is the same sequence
+// of operations alone or among MX tokens. Each weight row is read once per block as
+// one sequential stream: a verification step of a few tokens is then bound by the
+// weight bytes like a decode step (tile_fixed's interleaved rows starve the hardware
+// prefetchers and left a 5-token step of an F16 model at twice a decode step).
+template <class K, int MX = 8>
+void dot_tile_invariant(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                        size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
+  using Fn = void (*)(const std::byte*, size_t, int, const std::byte*, size_t, float*, size_t, int64_t);
+  constexpr int64_t kSegment = int64_t(32 * 1024 / (sizeof(typename K::Act) * MX));
+  static constexpr auto table = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<Fn, MX>{&rows_sequential<K, I + 1, kSegment>...};
+  }(std::make_integer_sequence<int, MX>{});
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  for (int t = 0; t < n_x; t += MX) {
+    const int nx = n_x - t < MX ? n_x - t : MX;
+    table[size_t(nx - 1)](w, w_row_bytes, n_w, a + size_t(t) * a_row_bytes, a_row_bytes, out + size_t(t) * out_stride,
+                          out_stride, n);
+  }
 }
 
 template <class K, int MW, int MX>

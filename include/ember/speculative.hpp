@@ -45,9 +45,11 @@ struct SpeculativeOptions {
   // kind == self: how the model's own draft is made cheaper (any combination):
   //   self_layers: run only these layers (ascending, distinct; empty = all), as in
   //     LayerSkip / Draft & Verify; each keeps its own attention kind (sliding or global).
-  //   self_vocab: score only the N most likely tokens (by the vocabulary's piece
-  //     scores, else the lowest ids), as in FR-Spec: the output matrix, which a
-  //     model with a large vocabulary pays for at every token, shrinks to N rows.
+  //   self_vocab: score only N likely tokens (short pieces and whitespace runs,
+  //     then by the vocabulary's piece scores, else the lowest ids), as in FR-Spec:
+  //     the output matrix, which a model with a large vocabulary pays for at every
+  //     token, shrinks to N rows. Each generation adds the tokens of its own
+  //     context (prompt and output) as they appear, up to 1,024 more rows.
   //     0 = the whole vocabulary; else [256, n_vocab].
   //   self_lowbit: a Q4_0 copy of every layer matrix stored in more than 4.5 bits
   //     (the output matrix keeps its type; self_vocab makes it cheap).

@@ -1,6 +1,7 @@
 // Draft sources: a separate draft model (greedy drafts on a sequence of its own)
 // and prompt lookup; the checks of SpeculativeOptions.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "common/fail.hpp"
@@ -36,8 +37,14 @@ class ModelSource final : public DraftSource {
     const size_t limit = std::min(seq_.n_evaluated(), context.size());
     while (common < limit && have[common] == context[common]) ++common;
     seq_.rewind(common);
-    seq_.append(context.subspan(common));
     std::vector<int32_t> out;
+    const auto start = std::chrono::steady_clock::now();
+    if (context.size() > common + 1) {  // catch up with the context, then draft from its last token
+      seq_.append(context.subspan(common, context.size() - common - 1));
+      if (seq_.evaluate_pending(nullptr, 0, nullptr) != StepStatus::ok) return out;  // the draft's context is full
+    }
+    catch_up_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seq_.append(context.last(context.size() > common ? 1 : 0));
     while (int32_t(out.size()) < k) {
       if (seq_.evaluate_pending(nullptr, 0, nullptr) != StepStatus::ok) break;  // the draft's context is full
       const std::span<const float> logits = seq_.logits();

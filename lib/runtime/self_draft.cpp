@@ -4,6 +4,7 @@
 // model; each generate() gets a small KV cache and a forward pass of its own, run
 // on the model's backend (its one thread pool) under the executor's lock.
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <numeric>
 
@@ -49,33 +50,54 @@ Tensor derive_matrix(const Tensor& t, std::span<const int32_t> ids, bool lowbit,
   return out;
 }
 
-// The N tokens a draft keeps. Without a frequency table, two rules: every token
-// whose text is at most two bytes (ASCII and Latin characters, punctuation,
-// newlines: frequent everywhere, but a SentencePiece vocabulary scores its single
-// characters last), then the best by the vocabulary's piece scores when it has
-// them (merge order), else the lowest ids (BPE vocabularies number tokens roughly
-// by merge order, frequent first). Ascending ids.
+// The N tokens a draft keeps when the vocabulary has no frequency table. Only
+// tokens that text can produce are candidates: normal, byte and user-defined
+// pieces and the end-of-generation tokens (not control or unused slots, of which
+// Gemma 3 has 6,249, scored above most words). First every piece of at most two
+// bytes (characters, punctuation: frequent everywhere, but a SentencePiece
+// vocabulary scores its single characters last) and every user-defined piece
+// (Gemma's runs of spaces, tabs and newlines, which code and lists use), then the
+// rest by the vocabulary's piece scores when it has them (merge order), else by
+// lowest id (BPE vocabularies number tokens roughly by merge order, frequent
+// first). Ascending ids. The context's own tokens join per generation (SelfSource).
 std::vector<int32_t> frequent_tokens(const tok::Tokenizer& tokenizer, int32_t n) {
   const int32_t n_vocab = tokenizer.n_vocab();
   std::vector<int32_t> kept, rest;
-  for (int32_t id = 0; id < n_vocab; ++id)
-    (tokenizer.token_piece(id, true).size() <= 2 ? kept : rest).push_back(id);
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    const tok::TokenType type = tokenizer.token_type(id);
+    const bool text = type == tok::TokenType::normal || type == tok::TokenType::byte ||
+                      type == tok::TokenType::user_defined || type == tok::TokenType::undefined;
+    if (!text && !tokenizer.is_end_of_generation(id)) continue;
+    const bool first = tokenizer.token_piece(id, true).size() <= 2 || type == tok::TokenType::user_defined ||
+                       tokenizer.is_end_of_generation(id);
+    (first ? kept : rest).push_back(id);
+  }
   if (int32_t(kept.size()) > n) kept.resize(size_t(n));
   bool scored = false;
   for (int32_t id = 0; id < n_vocab && !scored; ++id) scored = tokenizer.token_score(id) != 0.0f;
   if (scored)
     std::stable_sort(rest.begin(), rest.end(),
                      [&](int32_t a, int32_t b) { return tokenizer.token_score(a) > tokenizer.token_score(b); });
-  rest.resize(size_t(n) - kept.size());
+  rest.resize(std::min(rest.size(), size_t(n) - kept.size()));
   kept.insert(kept.end(), rest.begin(), rest.end());
   std::sort(kept.begin(), kept.end());
   return kept;
 }
 
+// Rows a generation may add to a reduced draft vocabulary: the tokens of its own
+// prompt and output that the static set lacks (names, rare words the text repeats).
+// A few hundred suffice for a prompt of thousands of tokens; the unused rows
+// repeat row 0, which costs their share of the output product and never wins an
+// argmax (a tie goes to the lower index).
+constexpr int64_t kContextRows = 1024;
+
 class SelfSource final : public DraftSource {
  public:
   SelfSource(std::shared_ptr<const SelfDraftWeights> w, Executor& ex, int32_t context)
-      : w_(std::move(w)), ex_(ex), forward_(w_->hparams, w_->weights, ex.backend(), 512) {
+      : w_(std::move(w)),
+        ex_(ex),
+        weights_(with_context_rows(*w_, ex.backend())),
+        forward_(w_->hparams, weights_, ex.backend(), 512) {
     kv::CacheConfig cfg;
     cfg.n_layer = w_->hparams.n_layer;
     for (const model::LayerParams& lp : w_->hparams.layers) cfg.layer_window.push_back(lp.window);
@@ -86,6 +108,9 @@ class SelfSource final : public DraftSource {
 
   std::vector<int32_t> draft(std::span<const int32_t> context, int32_t k) override {
     std::lock_guard lock(ex_.mutex());
+    // The draft needs no batch invariance (verification decides what is kept): its
+    // steps take the backend's fastest order. Every executor step sets its own.
+    ex_.backend().set_sum_order(backend::SumOrder::llama_cpp);
     size_t common = 0;
     while (common < have_.size() && common < context.size() && have_[common] == context[common]) ++common;
     if (common < have_.size()) {
@@ -95,9 +120,19 @@ class SelfSource final : public DraftSource {
       }
       have_.resize(common);
     }
+    add_context_rows(context);
     std::vector<int32_t> out;
     std::span<const int32_t> feed = context.subspan(common);
+    const auto start = std::chrono::steady_clock::now();
     try {
+      if (feed.size() > 1) {  // catch up with the context (no logits), then draft from its last token
+        batch_.clear();
+        for (size_t i = 0; i + 1 < feed.size(); ++i) batch_.push_back({feed[i], int32_t(have_.size() + i), 0, false});
+        forward_.run(*cache_, batch_, logits_);
+        have_.insert(have_.end(), feed.begin(), feed.end() - 1);
+        feed = feed.last(1);
+      }
+      catch_up_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       while (int32_t(out.size()) < k && !feed.empty()) {
         batch_.clear();
         for (size_t i = 0; i < feed.size(); ++i)
@@ -105,7 +140,7 @@ class SelfSource final : public DraftSource {
         forward_.run(*cache_, batch_, logits_);
         have_.insert(have_.end(), feed.begin(), feed.end());
         const auto best = size_t(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
-        out.push_back(w_->vocab.empty() ? int32_t(best) : w_->vocab[best]);
+        out.push_back(vocab_.empty() ? int32_t(best) : vocab_[best]);
         feed = std::span<const int32_t>(out).subspan(out.size() - 1);
       }
     } catch (const Error& e) {
@@ -118,8 +153,52 @@ class SelfSource final : public DraftSource {
   }
 
  private:
+  // The derived weights with an output matrix of its own: the static rows, then
+  // kContextRows rows for the context's tokens (row 0 until filled).
+  model::Weights with_context_rows(const SelfDraftWeights& w, backend::Backend& be) {
+    model::Weights out = w.weights;
+    if (w.vocab.empty()) return out;
+    const Tensor& src = w.weights.output;
+    const size_t row_bytes = quant::row_bytes(src.type, src.cols);
+    const int64_t rows = src.rows + kContextRows;
+    output_buffer_ = be.allocate(row_bytes * size_t(rows));
+    output_ = backend::make_tensor(*output_buffer_, 0, src.type, rows, src.cols);
+    std::copy_n(src.row_ptr(0), row_bytes * size_t(src.rows), output_.row_ptr(0));
+    for (int64_t r = src.rows; r < rows; ++r) std::copy_n(src.row_ptr(0), row_bytes, output_.row_ptr(r));
+    vocab_ = w.vocab;
+    vocab_.resize(size_t(rows), w.vocab[0]);
+    n_rows_ = src.rows;
+    in_vocab_.assign(size_t(w.full_output.rows), 0);
+    for (const int32_t id : w.vocab) in_vocab_[size_t(id)] = 1;
+    out.output = output_;
+    return out;
+  }
+
+  // Gives the context's tokens that the draft vocabulary lacks rows of their own,
+  // while there is room; tokens seen before are skipped (scanned_ counts them).
+  void add_context_rows(std::span<const int32_t> context) {
+    if (vocab_.empty()) return;
+    if (scanned_ > context.size()) scanned_ = 0;  // another context: rescan (adding only missing rows)
+    const Tensor& full = w_->full_output;
+    const size_t row_bytes = quant::row_bytes(full.type, full.cols);
+    for (; scanned_ < context.size() && n_rows_ < output_.rows; ++scanned_) {
+      const int32_t id = context[scanned_];
+      if (id < 0 || id >= full.rows || in_vocab_[size_t(id)]) continue;
+      in_vocab_[size_t(id)] = 1;
+      std::copy_n(full.row_ptr(id), row_bytes, output_.row_ptr(n_rows_));
+      vocab_[size_t(n_rows_++)] = id;
+    }
+  }
+
   std::shared_ptr<const SelfDraftWeights> w_;
   Executor& ex_;
+  std::shared_ptr<backend::Buffer> output_buffer_;  // the output matrix below (reduced vocabulary only)
+  Tensor output_;                                    // [static rows + kContextRows, n_embd]
+  std::vector<int32_t> vocab_;                       // draft logit index -> token id (empty: whole vocabulary)
+  std::vector<uint8_t> in_vocab_;                    // [n_vocab]: 1 when the token has a row
+  int64_t n_rows_ = 0;                               // rows filled (static + context)
+  size_t scanned_ = 0;                               // context tokens already considered
+  model::Weights weights_;                           // the draft's weights, output replaced
   model::Forward forward_;
   std::unique_ptr<kv::KVCache> cache_;
   std::vector<int32_t> have_;  // tokens in the draft's cache
@@ -163,6 +242,7 @@ std::shared_ptr<const SelfDraftWeights> derive_self_draft(const Model::Impl& m, 
     d->hparams.n_layer = int(o.self_layers.size());
   }
   if (o.self_vocab > 0) d->vocab = frequent_tokens(m.require_tokenizer(), o.self_vocab);
+  d->full_output = base.weights.output;
   // The output matrix keeps its type (as llama-quantize keeps it wider): its error
   // moves every logit, and self_vocab is what makes it cheap.
   d->weights.output = derive_matrix(base.weights.output, d->vocab, false, be, d->buffers);

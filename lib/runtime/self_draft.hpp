@@ -17,6 +17,7 @@ struct SelfDraftWeights {
   model::HParams hparams;   // the kept layers
   model::Weights weights;   // views of the model's tensors, or derived copies
   std::vector<int32_t> vocab;  // draft logit index -> token id (empty: the whole vocabulary)
+  backend::Tensor full_output;  // the model's own output matrix, where context tokens' rows come from
   std::vector<std::shared_ptr<backend::Buffer>> buffers;  // the derived copies
 };
 

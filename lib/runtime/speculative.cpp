@@ -62,15 +62,29 @@ void DraftPolicy::after_plain(double seconds) {
   if (paused_for_ > 0 && --paused_for_ == 0) {
     k_ = o_.draft_min;  // probe again from the shortest drafts
     acceptance_ = -1.0;
+    accepted_mean_ = rejected_mean_ = 0.0;
     verify_cost_ = 0.0;
   }
 }
 
 void DraftPolicy::after_verify(int32_t drafted, int32_t accepted, double draft_seconds, double verify_seconds) {
   if (!o_.adaptive || drafted == 0) return;
-  const double rate = double(accepted) / drafted;
-  acceptance_ = acceptance_ < 0.0 ? rate : acceptance_ + kMeanWeight * (rate - acceptance_);
-  verify_cost_ = blend(verify_cost_, draft_seconds + verify_seconds);
+  // Per-draft acceptance as the model of expected_tokens() has it: each draft passes
+  // with probability alpha until the first rejection, which ends the step. Its
+  // estimate is accepted / (accepted + rejections), not accepted / drafted: one
+  // early rejection in a long draft says little about alpha.
+  const double rejected = accepted < drafted ? 1.0 : 0.0;
+  const bool first = acceptance_ < 0.0;
+  accepted_mean_ = first ? accepted : accepted_mean_ + kMeanWeight * (accepted - accepted_mean_);
+  rejected_mean_ = first ? rejected : rejected_mean_ + kMeanWeight * (rejected - rejected_mean_);
+  acceptance_ = accepted_mean_ + rejected_mean_ > 0.0 ? accepted_mean_ / (accepted_mean_ + rejected_mean_) : 0.0;
+  // The first verification of a generation also pays the draft's first touches of
+  // its cache and scratch (page faults): not a cost of drafting.
+  if (!warmed_up_) {
+    warmed_up_ = true;
+  } else {
+    verify_cost_ = blend(verify_cost_, draft_seconds + verify_seconds);
+  }
   if (accepted == drafted && k_ < o_.draft_max) {
     ++k_;
   } else if (acceptance_ < o_.min_acceptance && k_ > o_.draft_min) {
@@ -100,6 +114,7 @@ StepPart begin_speculative_step(Generation& g, Sequence& seq, DraftSource& sourc
   if (int32_t(st.drafts.size()) > k) st.drafts.resize(size_t(k));
   if (int32_t(st.drafts.size()) < st.options.draft_min) st.drafts.clear();
   st.draft_seconds = since(draft_start);
+  st.catch_up_seconds = k > 0 ? std::min(source.catch_up_seconds(), st.draft_seconds) : 0.0;
   seq.append(st.drafts);
   st.rows.resize((st.drafts.size() + 1) * n_vocab);
   st.sink = [&st, n_vocab](size_t i, std::span<const float> row) {
@@ -155,7 +170,7 @@ void finish_speculative_step(Generation& g, Sequence& seq, const StepPart& part,
     metrics.accepted += int64_t(accepted);
     metrics.draft_seconds += st.draft_seconds;
     metrics.verify_seconds += step_seconds;
-    st.policy.after_verify(int32_t(m), int32_t(accepted), st.draft_seconds, step_seconds);
+    st.policy.after_verify(int32_t(m), int32_t(accepted), st.draft_seconds - st.catch_up_seconds, step_seconds);
   } else {
     ++metrics.plain_steps;
     metrics.plain_seconds += step_seconds;

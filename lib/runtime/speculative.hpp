@@ -23,6 +23,13 @@ class DraftSource {
  public:
   virtual ~DraftSource() = default;
   virtual std::vector<int32_t> draft(std::span<const int32_t> context, int32_t k) = 0;
+  // Seconds the last draft() spent bringing a draft model's cache up to the context
+  // (the prompt, or the tokens taken while drafting was paused) before drafting.
+  // A one-time cost, not a cost per drafted token: the policy leaves it out.
+  double catch_up_seconds() const { return catch_up_seconds_; }
+
+ protected:
+  double catch_up_seconds_ = 0.0;
 };
 
 // Checks `options` (invalid_argument naming the field; the draft model's vocabulary
@@ -52,10 +59,13 @@ class DraftPolicy {
  private:
   SpeculativeOptions o_;
   int32_t k_;
-  double acceptance_ = -1.0;      // running mean of accepted / drafted (-1: none yet)
+  double acceptance_ = -1.0;      // estimated per-draft acceptance (-1: none yet)
+  double accepted_mean_ = 0.0;    // running mean of the drafts a step kept
+  double rejected_mean_ = 0.0;    // running mean of the steps that rejected a draft (0 or 1)
   double plain_cost_ = 0.0;       // seconds of a plain step (running mean; 0 = not measured)
   double verify_cost_ = 0.0;      // seconds of drafting + verifying one step at k_ (running mean)
   int32_t paused_for_ = 0;        // plain tokens still to take before drafting again
+  bool warmed_up_ = false;        // a verification step has been taken (the first is not costed)
 };
 
 // The speculative state of one generation between and within its steps.
@@ -70,6 +80,7 @@ struct SpeculativeState {
   std::vector<float> rows;
   std::function<void(size_t, std::span<const float>)> sink;
   double draft_seconds = 0.0;
+  double catch_up_seconds = 0.0;  // of draft_seconds: the draft catching up with the context
   bool force_plain = false;  // the last drafts did not fit the cache: one plain step
 };
 

@@ -187,7 +187,10 @@ TEST_CASE("batch-invariant matmul gives every token the bits it gets alone", "[m
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : quant::weight_types()) {
       const bool k_format = quant::type_info(type).block_elems == 256;
-      const int64_t n_out = 83, n_in = k_format ? 512 : 640, n_tok = 35;  // 83 rows: 16-row groups and a tail
+      // 83 rows: 16-row groups and a tail; float rows of 2088 values: several segments of
+      // the sequential invariant path and a tail.
+      const bool float_format = quant::type_info(type).block_elems == 1;
+      const int64_t n_out = 83, n_in = k_format ? 512 : float_format ? 2088 : 640, n_tok = 35;
       INFO(ember::cpu::isa_name(isa) << " " << quant::type_name(type));
       const OwnedTensor w = random_weights(type, n_out, n_in, 99);
       OwnedTensor x(DType::f32, n_tok, n_in);

@@ -105,6 +105,19 @@ TEST_CASE("the model's own cheaper drafts give the tokens of plain decoding", "[
   CHECK(v.speculative.acceptance_rate() > 0.4);
 }
 
+TEST_CASE("a reduced draft vocabulary takes in the tokens of its context", "[speculative]") {
+  auto model = test::gemma();
+  // 256 static rows hold short pieces only ("def", "return", " add" are not among
+  // them); the prompt's own tokens join the draft's vocabulary, so drafts of a
+  // continuation that repeats the prompt's words pass.
+  const GenerateResult plain = generate(model, kRepetitive, greedy(), with({}, 32));
+  const GenerateResult r =
+      generate(model, kRepetitive, greedy(), with({.kind = DraftKind::self, .self_vocab = 256, .adaptive = false}, 32));
+  CHECK(r.tokens == plain.tokens);
+  CHECK(r.speculative.drafted > 0);
+  CHECK(r.speculative.acceptance_rate() > 0.5);
+}
+
 TEST_CASE("drafts that are always wrong cost little with adaptive k", "[speculative]") {
   auto model = test::gemma();
   // Random-looking text: lookup finds 1-grams but their continuations are rejected.

@@ -178,3 +178,40 @@ TEST_CASE("a draft model larger than the target is allowed, with a warning", "[s
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Matchers::Contains("more weight bytes"));
 }
+
+TEST_CASE("the adaptive policy estimates acceptance per draft and pauses only when drafting loses",
+          "[speculative][policy]") {
+  using runtime::DraftPolicy;
+  CHECK(DraftPolicy::expected_tokens(0.8, 4) == Approx((1.0 - std::pow(0.8, 5)) / 0.2));
+  CHECK(DraftPolicy::expected_tokens(1.0, 4) == 5.0);
+  CHECK(DraftPolicy::expected_tokens(0.0, 4) == 1.0);
+
+  SpeculativeOptions o{.kind = DraftKind::lookup, .draft_max = 8, .adaptive = true, .probe_interval = 5};
+  DraftPolicy p(o);
+  CHECK(p.next_k() == 0);  // the first step is plain: it measures a token's cost
+  p.after_plain(0.010);
+  CHECK(p.next_k() == 4);
+  // The first verification is not costed (warm-up), however slow.
+  p.after_verify(4, 4, 0.5, 0.5);
+  CHECK(p.next_k() == 5);
+  p.after_verify(5, 5, 0.004, 0.015);
+  CHECK(p.next_k() == 6);
+  // Early rejections in long drafts: 1 of 6 kept, twice. As accepted / drafted (0.17)
+  // the acceptance would fall below min_acceptance and shorten k; per draft (kept
+  // drafts over kept drafts plus rejections) it stays high and k stays.
+  p.after_verify(6, 1, 0.005, 0.016);
+  p.after_verify(6, 1, 0.005, 0.016);
+  CHECK(p.next_k() == 6);
+  CHECK_FALSE(p.paused());
+  // Drafts that are always rejected at a cost above a plain step's: shorter k, then a
+  // pause of probe_interval plain tokens, then a probe from draft_min.
+  int steps = 0;
+  while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, 0.004, 0.016);
+  REQUIRE(p.paused());
+  CHECK(steps < 20);
+  for (int i = 0; i < 5; ++i) {
+    CHECK(p.next_k() == 0);
+    p.after_plain(0.010);
+  }
+  CHECK(p.next_k() == o.draft_min);
+}

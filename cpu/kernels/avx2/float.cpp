@@ -79,21 +79,21 @@ constexpr int kTileW = 4, kTileX = 2;
 
 }  // namespace
 
-// The invariant tile (SumOrder::batch_invariant) keeps one accumulator for one token too.
+// The invariant path (SumOrder::batch_invariant) keeps one accumulator per row and token, whatever the batch.
 extern const WeightKernels kF32 = {quant::DType::f32, quant::DType::f32, copy_f32,
                                    dot<FloatStep<WidenF32, 4>>,
                                    dot_tile_split<FloatStep<WidenF32, 4>, FloatStep<WidenF32, 1>, kTileW, kTileX>,
                                    dequantize<WidenF32, quant::ref::dequantize_f32>, kTileW, kTileX, {},
-    nullptr, {}, dot_tile<FloatStep<WidenF32, 1>, kTileW, kTileX>};
+    nullptr, {}, dot_tile_invariant<FloatStep<WidenF32, 1>>};
 extern const WeightKernels kF16 = {quant::DType::f16, quant::DType::f32, copy_f32,
                                    dot<FloatStep<WidenF16, 4>>,
                                    dot_tile_split<FloatStep<WidenF16, 4>, FloatStep<WidenF16, 1>, kTileW, kTileX>,
                                    dequantize<WidenF16, quant::ref::dequantize_f16>, kTileW, kTileX, {},
-    nullptr, {}, dot_tile<FloatStep<WidenF16, 1>, kTileW, kTileX>};
+    nullptr, {}, dot_tile_invariant<FloatStep<WidenF16, 1>>};
 extern const WeightKernels kBF16 = {quant::DType::bf16, quant::DType::f32, copy_f32,
                                     dot<FloatStep<WidenBF16, 4>>,
                                    dot_tile_split<FloatStep<WidenBF16, 4>, FloatStep<WidenBF16, 1>, kTileW, kTileX>,
                                     dequantize<WidenBF16, quant::ref::dequantize_bf16>, kTileW, kTileX, {},
-    nullptr, {}, dot_tile<FloatStep<WidenBF16, 1>, kTileW, kTileX>};
+    nullptr, {}, dot_tile_invariant<FloatStep<WidenBF16, 1>>};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS
