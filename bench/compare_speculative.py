@@ -56,9 +56,31 @@ def ember(args, prompt, extra):
     out = run([args.ember, "run", "-m", args.target, "-p", prompt, "-n", str(args.n_gen), "--temp", "0", "-t",
                str(args.threads), "--ignore-eos", "--no-display-prompt"] + shlex.split(extra))
     tps = float(re.search(r"generated at ([0-9.]+) tok/s", out).group(1))
-    acc = re.search(r"\((\d+) %\), ([0-9.]+) tokens a step", out)
-    return {"tps": tps, "accept": float(acc.group(1)) / 100 if acc else None,
-            "per_step": float(acc.group(2)) if acc else None}
+    m = re.search(r"drafts: (\d+) proposed, (\d+) accepted \((\d+) %, alpha ([0-9.]+)\), ([0-9.]+) tokens a step, "
+                  r"k (\d+), (\d+) verify steps \(([0-9.]+) \+ ([0-9.]+) ms\), (\d+) plain steps \(([0-9.]+) ms\)", out)
+    if not m:
+        return {"tps": tps, "accept": None, "per_step": None}
+    g = m.groups()
+    return {"tps": tps, "accept": float(g[2]) / 100, "alpha": float(g[3]), "per_step": float(g[4]),
+            "drafted": int(g[0]), "steps": int(g[6]), "draft_ms": float(g[7]), "verify_ms": float(g[8]),
+            "plain_steps": int(g[9]), "plain_ms": float(g[10])}
+
+
+def expected_tokens(alpha, k):
+    """Tokens a verification step yields when each of k drafts is kept with probability alpha until the first
+    rejection (Leviathan et al. 2023)."""
+    return k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(run, plain_tps):
+    """The formula of docs/speculative.md with this run's measured alpha and costs: steps of k drafts (k = the
+    run's mean drafts a step) yield expected_tokens(alpha, k) for draft + verify ms; plain steps one token."""
+    if run.get("steps", 0) == 0:
+        return None
+    k = run["drafted"] / run["steps"]
+    tokens = run["steps"] * expected_tokens(run["alpha"], k) + run["plain_steps"]
+    ms = run["steps"] * (run["draft_ms"] + run["verify_ms"]) + run["plain_steps"] * run["plain_ms"]
+    return tokens / ms * 1000.0 / plain_tps
 
 
 def llama(args, tool, prompt, extra):
@@ -105,19 +127,22 @@ def main():
                 sys.stderr.write(f"{kind} round {r + 1}: {name}: {results[kind][name][-1]}\n")
 
     table = {}
-    print(f"| prompt | program | decode t/s | x ember plain | acceptance | tokens a step |")
-    print("|---|---|---|---|---|---|")
+    print(f"| prompt | program | decode t/s | x ember plain | formula | acceptance | alpha | tokens a step |")
+    print("|---|---|---|---|---|---|---|---|")
     for kind, by_prog in results.items():
         base = statistics.median(x["tps"] for x in by_prog["ember plain"])
         for name, runs in by_prog.items():
             tps = statistics.median(x["tps"] for x in runs)
-            accs = [x["accept"] for x in runs if x["accept"] is not None]
-            steps = [x["per_step"] for x in runs if x["per_step"] is not None]
-            acc = statistics.median(accs) if accs else None
-            per = statistics.median(steps) if steps else None
-            table.setdefault(kind, {})[name] = {"tps": tps, "speedup": tps / base, "accept": acc, "per_step": per}
-            print(f"| {kind} | {name} | {tps:.1f} | {tps / base:.2f} | "
-                  f"{'' if acc is None else f'{100 * acc:.0f} %'} | {'' if per is None else f'{per:.2f}'} |")
+            med = lambda key: statistics.median(v) if (v := [x[key] for x in runs if x.get(key) is not None]) else None
+            preds = [p for x in runs if (p := predicted_speedup(x, base)) is not None]
+            pred = statistics.median(preds) if preds else None
+            acc, alpha, per = med("accept"), med("alpha"), med("per_step")
+            table.setdefault(kind, {})[name] = {"tps": tps, "speedup": tps / base, "predicted": pred, "accept": acc,
+                                                "alpha": alpha, "per_step": per}
+            fmt = lambda v, f: "" if v is None else f.format(v)
+            print(f"| {kind} | {name} | {tps:.1f} | {tps / base:.2f} | {fmt(pred, '{:.2f}')} | "
+                  f"{fmt(None if acc is None else 100 * acc, '{:.0f} %')} | {fmt(alpha, '{:.2f}')} | "
+                  f"{fmt(per, '{:.2f}')} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": args.threads, "n_gen": args.n_gen, "rounds": args.rounds, "target": args.target,
@@ -126,16 +151,26 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5))
         for kind, by_prog in table.items():
             for name, v in by_prog.items():
-                if v["accept"] is None or not name.startswith("ember"):
+                if v["alpha"] is None or not name.startswith("ember"):
                     continue
-                ax.scatter(v["accept"], v["speedup"], label=f"{kind}: {name[6:]}", s=20)
+                ax.scatter(v["alpha"], v["speedup"], label=f"{kind}: {name[6:]}", s=20)
+                if v["predicted"] is not None:
+                    bx.scatter(v["predicted"], v["speedup"], s=20)
+        for k in (4, 8):  # the formula at a cost ratio typical of these runs: draft 0.2, verify 1 + 0.08 k
+            xs = [i / 100 for i in range(0, 100)]
+            ax.plot(xs, [expected_tokens(a, k) / (1 + 0.08 * k + 0.2 * k) for a in xs], lw=0.8, ls="--",
+                    label=f"formula, k {k}, c 0.2, v 1 + 0.08 k")
         ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xlabel("acceptance (accepted / drafted)")
+        ax.set_xlabel("per-draft acceptance alpha")
         ax.set_ylabel("decode speed / ember plain")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=5)
+        lim = [0.5, max(3.0, max(v["speedup"] for by in table.values() for v in by.values()) + 0.2)]
+        bx.plot(lim, lim, color="grey", lw=0.8)
+        bx.set_xlabel("speedup predicted by the formula (measured alpha and costs)")
+        bx.set_ylabel("measured speedup")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=130)
 

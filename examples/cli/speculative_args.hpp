@@ -78,15 +78,16 @@ inline SpeculativeOptions speculative_options(const Args& args, int threads, boo
   return o;
 }
 
-// ", drafts: 120 proposed, 96 accepted (80 %), 3.40 tokens a step, k 6, 30 verify steps (2.1 + 24.0 ms),
+// ", drafts: 120 proposed, 96 accepted (80 %, alpha 0.84), 3.40 tokens a step, k 6, 30 verify steps (2.1 + 24.0 ms),
 // 12 plain steps (19.5 ms)": per step, the mean drafting and verification times.
 inline std::string describe_speculation(const SpeculativeMetrics& s) {
   if (s.steps == 0 && s.plain_steps == 0) return "";
   const auto per = [](double seconds, int64_t n) { return n > 0 ? 1e3 * seconds / double(n) : 0.0; };
   return fmt::format(
-      ", drafts: {} proposed, {} accepted ({:.0f} %), {:.2f} tokens a step, k {}, {} verify steps ({:.1f} + {:.1f} "
-      "ms), {} plain steps ({:.1f} ms)",
-      s.drafted, s.accepted, 100.0 * s.acceptance_rate(), s.mean_accepted_per_step(), s.current_k, s.steps,
+      ", drafts: {} proposed, {} accepted ({:.0f} %, alpha {:.2f}), {:.2f} tokens a step, k {}, {} verify steps ({:.1f} "
+      "+ {:.1f} ms), {} plain steps ({:.1f} ms)",
+      s.drafted, s.accepted, 100.0 * s.acceptance_rate(), s.draft_acceptance(), s.mean_accepted_per_step(),
+      s.current_k, s.steps,
       per(s.draft_seconds, s.steps), per(s.verify_seconds, s.steps), s.plain_steps, per(s.plain_seconds, s.plain_steps));
 }
 

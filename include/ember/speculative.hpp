@@ -60,10 +60,11 @@ struct SpeculativeOptions {
   // kind == lookup: the longest and shortest n-grams matched. Defaults 3 and 1; [1, 16].
   int32_t lookup_max_ngram = 3;
   int32_t lookup_min_ngram = 1;
-  // Adapt k to the acceptance: lengthen while drafts are accepted, shorten when the
-  // acceptance rate falls below min_acceptance, and draft nothing while the measured
-  // costs say that drafting is slower than plain decoding (probing again every
-  // `probe_interval` tokens). Default on.
+  // Adapt k to the acceptance: lengthen after a step that kept every draft, shorten
+  // when the per-draft acceptance (kept / (kept + rejections)) falls below
+  // min_acceptance or when recent steps were slower than plain decoding (to the k the
+  // cost model rates best), and at draft_min draft nothing for `probe_interval`
+  // tokens, doubling the pause after each failed probe (up to 8x). Default on.
   bool adaptive = true;
   float min_acceptance = 0.7f;   // [0, 1]
   int32_t probe_interval = 32;   // tokens; >= 1
@@ -74,12 +75,18 @@ struct SpeculativeMetrics {
   int64_t steps = 0;          // verification steps that carried drafts
   int64_t drafted = 0;        // draft tokens proposed
   int64_t accepted = 0;       // of these, kept
+  int64_t rejected_steps = 0; // verification steps that rejected a draft (the rest kept all)
   int64_t plain_steps = 0;    // steps without drafts (nothing proposed, or drafting paused)
   double draft_seconds = 0.0;   // time spent drafting
   double verify_seconds = 0.0;  // time in verification steps
   double plain_seconds = 0.0;   // time in plain steps
   int32_t current_k = 0;      // k at the end
   double acceptance_rate() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
+  // Per-draft acceptance alpha of the model in docs/speculative.md (each draft kept
+  // with probability alpha until the first rejection): accepted / (accepted + rejections).
+  double draft_acceptance() const {
+    return accepted + rejected_steps > 0 ? double(accepted) / double(accepted + rejected_steps) : 0.0;
+  }
   // Tokens gained per verification step: accepted drafts plus the one the step picks itself.
   double mean_accepted_per_step() const { return steps > 0 ? double(accepted + steps) / double(steps) : 0.0; }
 };

@@ -63,8 +63,15 @@ void DraftPolicy::after_plain(double seconds) {
     k_ = o_.draft_min;  // probe again from the shortest drafts
     acceptance_ = -1.0;
     accepted_mean_ = rejected_mean_ = 0.0;
-    verify_cost_ = 0.0;
+    step_tokens_ = step_cost_ = 0.0;
+    costed_steps_ = 0;
   }
+}
+
+double DraftPolicy::gain(int32_t k) const {
+  if (plain_cost_ <= 0.0 || draft_cost_ <= 0.0 || acceptance_ < 0.0) return -1.0;
+  const double step = k * draft_cost_ + plain_cost_ * (1.0 + verify_slope_ * k);
+  return expected_tokens(acceptance_, k) * plain_cost_ / step;
 }
 
 void DraftPolicy::after_verify(int32_t drafted, int32_t accepted, double draft_seconds, double verify_seconds) {
@@ -78,24 +85,43 @@ void DraftPolicy::after_verify(int32_t drafted, int32_t accepted, double draft_s
   accepted_mean_ = first ? accepted : accepted_mean_ + kMeanWeight * (accepted - accepted_mean_);
   rejected_mean_ = first ? rejected : rejected_mean_ + kMeanWeight * (rejected - rejected_mean_);
   acceptance_ = accepted_mean_ + rejected_mean_ > 0.0 ? accepted_mean_ / (accepted_mean_ + rejected_mean_) : 0.0;
-  // The first verification of a generation also pays the draft's first touches of
-  // its cache and scratch (page faults): not a cost of drafting.
+  // Costs per draft token and per verified token, so that steps of different k
+  // inform each other. The first verification of a generation also pays the draft's
+  // first touches of its cache and scratch (page faults): not a cost of drafting.
   if (!warmed_up_) {
     warmed_up_ = true;
   } else {
-    verify_cost_ = blend(verify_cost_, draft_seconds + verify_seconds);
+    draft_cost_ = blend(draft_cost_, draft_seconds / drafted);
+    if (plain_cost_ > 0.0)
+      verify_slope_ = blend(verify_slope_, std::max(0.0, (verify_seconds / plain_cost_ - 1.0) / drafted));
+    step_tokens_ = blend(step_tokens_, accepted + 1.0);
+    step_cost_ = blend(step_cost_, draft_seconds + verify_seconds);
+    ++costed_steps_;
   }
   if (accepted == drafted && k_ < o_.draft_max) {
     ++k_;
   } else if (acceptance_ < o_.min_acceptance && k_ > o_.draft_min) {
     --k_;
   }
-  // Cost model: a speculative step yields expected_tokens() tokens for its cost; a
-  // plain step one token for plain_cost_. Draft nothing while that is a loss.
-  if (plain_cost_ > 0.0 && verify_cost_ > 0.0) {
-    const double gain = expected_tokens(acceptance_, drafted) * plain_cost_ / verify_cost_;
-    if (gain < 1.0) paused_for_ = o_.probe_interval;
+  if (costed_steps_ < 2 || plain_cost_ <= 0.0) return;
+  // What the recent steps gained: their tokens for their time against plain steps'.
+  // While that is a loss, take the k the cost model (docs/speculative.md) rates best
+  // below the current one; at draft_min, draft nothing for a while. Pauses that
+  // follow each other lengthen (up to 8x probe_interval): a probe costs a draft's
+  // catch-up and a verification.
+  if (step_tokens_ * plain_cost_ / step_cost_ >= 1.0) {
+    backoff_ = 1;
+    return;
   }
+  if (k_ > o_.draft_min) {
+    int32_t best = o_.draft_min;
+    for (int32_t k = o_.draft_min + 1; k < k_; ++k)
+      if (gain(k) > gain(best)) best = k;
+    k_ = best;
+    return;
+  }
+  paused_for_ = o_.probe_interval * backoff_;
+  backoff_ = std::min(backoff_ * 2, 8);
 }
 
 // ---- verification ----
@@ -168,6 +194,7 @@ void finish_speculative_step(Generation& g, Sequence& seq, const StepPart& part,
     ++metrics.steps;
     metrics.drafted += int64_t(m);
     metrics.accepted += int64_t(accepted);
+    if (accepted < m) ++metrics.rejected_steps;
     metrics.draft_seconds += st.draft_seconds;
     metrics.verify_seconds += step_seconds;
     st.policy.after_verify(int32_t(m), int32_t(accepted), st.draft_seconds - st.catch_up_seconds, step_seconds);

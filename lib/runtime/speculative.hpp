@@ -55,6 +55,10 @@ class DraftPolicy {
   // Expected tokens per verification step with per-draft acceptance `alpha` and k
   // drafts: (1 - alpha^(k+1)) / (1 - alpha) (Leviathan et al. 2023).
   static double expected_tokens(double alpha, int32_t k);
+  // Expected speed of steps of k drafts relative to plain steps, from the measured
+  // acceptance and costs: expected_tokens(alpha, k) * plain / (k * draft + verify(k)),
+  // verify(k) = plain * (1 + slope * k). -1 while a figure is missing.
+  double gain(int32_t k) const;
 
  private:
   SpeculativeOptions o_;
@@ -63,7 +67,12 @@ class DraftPolicy {
   double accepted_mean_ = 0.0;    // running mean of the drafts a step kept
   double rejected_mean_ = 0.0;    // running mean of the steps that rejected a draft (0 or 1)
   double plain_cost_ = 0.0;       // seconds of a plain step (running mean; 0 = not measured)
-  double verify_cost_ = 0.0;      // seconds of drafting + verifying one step at k_ (running mean)
+  double draft_cost_ = 0.0;       // seconds per draft token (running mean; 0 = not measured)
+  double verify_slope_ = 0.0;     // a verification of k + 1 tokens costs plain * (1 + slope * k)
+  double step_tokens_ = 0.0;      // tokens a verification step yielded (running mean since the last probe)
+  double step_cost_ = 0.0;        // seconds of drafting + verifying a step (same)
+  int32_t costed_steps_ = 0;      // steps in these two means
+  int32_t backoff_ = 1;           // the next pause is probe_interval * backoff_ tokens
   int32_t paused_for_ = 0;        // plain tokens still to take before drafting again
   bool warmed_up_ = false;        // a verification step has been taken (the first is not costed)
 };

@@ -194,8 +194,11 @@ TEST_CASE("the adaptive policy estimates acceptance per draft and pauses only wh
   // The first verification is not costed (warm-up), however slow.
   p.after_verify(4, 4, 0.5, 0.5);
   CHECK(p.next_k() == 5);
-  p.after_verify(5, 5, 0.004, 0.015);
+  p.after_verify(5, 5, 0.005, 0.015);
   CHECK(p.next_k() == 6);
+  // Measured: 1 ms a draft token, a 6-token verification 1.5 plain steps (slope 0.1),
+  // every draft kept: 4 drafts yield 5 tokens for 4 ms + 14 ms against 10 ms a token.
+  CHECK(p.gain(4) == Approx(5.0 * 0.010 / (4 * 0.001 + 0.010 * 1.4)));
   // Early rejections in long drafts: 1 of 6 kept, twice. As accepted / drafted (0.17)
   // the acceptance would fall below min_acceptance and shorten k; per draft (kept
   // drafts over kept drafts plus rejections) it stays high and k stays.
@@ -210,6 +213,15 @@ TEST_CASE("the adaptive policy estimates acceptance per draft and pauses only wh
   REQUIRE(p.paused());
   CHECK(steps < 20);
   for (int i = 0; i < 5; ++i) {
+    CHECK(p.next_k() == 0);
+    p.after_plain(0.010);
+  }
+  CHECK(p.next_k() == o.draft_min);
+  // The probe fails too: the next pause is twice as long.
+  steps = 0;
+  while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, 0.004, 0.016);
+  REQUIRE(p.paused());
+  for (int i = 0; i < 10; ++i) {
     CHECK(p.next_k() == 0);
     p.after_plain(0.010);
   }
