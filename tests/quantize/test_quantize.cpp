@@ -112,7 +112,7 @@ constexpr Case kCases[] = {
 }  // namespace
 
 TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize]") {
-  if (!fs::exists(llama_f16())) SKIP("no " << llama_f16());
+  REQUIRE(fs::exists(llama_f16()));
   const fs::path dir = scratch("identity");
   for (const Case& c : kCases) {
     INFO(c.recorded);
@@ -134,7 +134,7 @@ TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize
 }
 
 TEST_CASE("Q4_K_M and Q5_K_M choose llama-quantize's type for every tensor", "[quantize]") {
-  if (!fs::exists(llama_f16())) SKIP("no " << llama_f16());
+  REQUIRE(fs::exists(llama_f16()));
   const ember::gguf::File in = ember::gguf::File::open(llama_f16());
   std::vector<ember::quantize::TensorShape> shapes;
   for (size_t i = 0; i < in.tensors().size(); ++i)
@@ -216,7 +216,7 @@ TEST_CASE("the searched K quantizers are more accurate than lib/quant's nearest 
 }
 
 TEST_CASE("the report, metadata and progress of a quantized file", "[quantize]") {
-  if (!fs::exists(llama_f16())) SKIP("no " << llama_f16());
+  REQUIRE(fs::exists(llama_f16()));
   const fs::path dir = scratch("report");
   const fs::path out = dir / "out.gguf";
   ember::QuantizeOptions options;
@@ -255,7 +255,7 @@ TEST_CASE("the report, metadata and progress of a quantized file", "[quantize]")
 
 TEST_CASE("quantizing an already quantized file warns", "[quantize]") {
   const fs::path in = ember::test::golden_dir() / "gemma3-Q8_0.gguf";
-  if (!fs::exists(in)) SKIP("no " << in);
+  REQUIRE(fs::exists(in));
   const fs::path dir = scratch("requant");
   const ember::QuantizeReport report = quantize(in, dir / "out.gguf", QuantRecipe::q4_0);
   REQUIRE(report.warnings.size() == 1);
@@ -268,7 +268,7 @@ TEST_CASE("quantizing an already quantized file warns", "[quantize]") {
 }
 
 TEST_CASE("bad input is a typed error and leaves no output", "[quantize]") {
-  if (!fs::exists(llama_f16())) SKIP("no " << llama_f16());
+  REQUIRE(fs::exists(llama_f16()));
   const fs::path dir = scratch("errors");
   const fs::path out = dir / "out.gguf";
   std::ifstream src(llama_f16(), std::ios::binary);
