@@ -50,6 +50,12 @@ std::vector<Digest> digests_of(const fs::path& gguf_path) {
   return out;
 }
 
+std::string fnv1a64_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return fnv1a64(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+}
+
 fs::path recorded_dir() { return ember::test::data_dir() / "quant" / "llama-quantize"; }
 
 // Lines "NAME TYPE FNV BYTES" as written by the digest script of the README.
@@ -80,6 +86,18 @@ size_t files_in(const fs::path& dir) {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
   return n;
+}
+
+// The FNV-1a digest of the whole file llama-quantize wrote (files.txt: "NAME FNV BYTES").
+std::string recorded_file_digest(const std::string& name) {
+  std::ifstream in(recorded_dir() / "files.txt");
+  REQUIRE(in.good());
+  std::string n, fnv;
+  uint64_t bytes = 0;
+  while (in >> n >> fnv >> bytes)
+    if (n == name) return fnv;
+  FAIL("no digest of " << name << " in files.txt");
+  return "";
 }
 
 fs::path llama_f16() { return ember::test::golden_dir() / "llama-F16.gguf"; }
@@ -129,6 +147,28 @@ TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize
     }
     CHECK(report.tensors.size() == got.size());
     CHECK(report.file_bytes == fs::file_size(out));
+    // Metadata too (same keys, values, order, general.file_type): the whole file is identical.
+    CHECK(fnv1a64_file(out) == recorded_file_digest(c.recorded));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Gemma 3 270M: the whole file is llama-quantize's, for every recipe", "[quantize][.][real_model]") {
+  // The F16 source of docs/quantization.md, beside the real model in the user cache.
+  const fs::path in = ember::test::real_model_path().parent_path().parent_path() / "bench" / "gemma-3-270m-F16.gguf";
+  if (!fs::exists(in)) {
+    WARN("no " << in << "; skipped");
+    return;
+  }
+  const fs::path dir = scratch("gemma");
+  for (const Case& c : kCases) {
+    if (c.pure) continue;   // llama-quantize --pure cannot write Gemma (rows of 640)
+    std::string name = std::string(c.recorded).replace(0, 5, "gemma");
+    INFO(name);
+    const fs::path out = dir / (name + ".gguf");
+    quantize(in, out, c.recipe, false, 2);
+    CHECK(fnv1a64_file(out) == recorded_file_digest(name));
+    fs::remove(out);
   }
   fs::remove_all(dir);
 }
