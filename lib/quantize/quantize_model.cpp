@@ -178,6 +178,9 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
 
   const gguf::File file = gguf::File::open(input);
+  if (const gguf::Value* split = file.find("split.count"); split && split->is_integer() && split->as_int() > 1)
+    fail(ErrorCode::unsupported, "quantize: '{}' is part {} of a model split into {} files; merge it first (llama-gguf-split --merge)",
+         input, metadata_int_or(file, "split.no", 0) + 1, split->as_int());
   const std::string arch(file.get_string("general.architecture"));
   if (!model::find_arch(arch)) {
     std::string known;

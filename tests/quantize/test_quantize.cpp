@@ -371,6 +371,16 @@ TEST_CASE("bad input is a typed error and leaves no output", "[quantize]") {
     expect_error([&] { quantize(dir / "mamba.gguf", out, QuantRecipe::q8_0); }, ErrorCode::unsupported,
                  "architecture 'mamba'");
   }
+  SECTION("one part of a split model") {
+    ember::gguf::Writer w;
+    w.add_string("general.architecture", "llama");
+    w.add_uint32("llama.block_count", 1);
+    w.add("split.no", ember::gguf::Value::make_uint(ember::gguf::ValueType::u16, 0));
+    w.add("split.count", ember::gguf::Value::make_uint(ember::gguf::ValueType::u16, 3));
+    w.write(dir / "split.gguf");
+    expect_error([&] { quantize(dir / "split.gguf", out, QuantRecipe::q8_0); }, ErrorCode::unsupported,
+                 "part 1 of a model split into 3 files");
+  }
   SECTION("rows that no type of the recipe can hold") {
     ember::gguf::Writer w;
     w.add_string("general.architecture", "llama");
