@@ -153,6 +153,18 @@ TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize
   fs::remove_all(dir);
 }
 
+TEST_CASE("a BF16 source gives llama-quantize's file too", "[quantize]") {
+  const fs::path in = ember::test::golden_dir() / "llama-BF16.gguf";
+  REQUIRE(fs::exists(in));
+  const fs::path dir = scratch("bf16");
+  for (auto [recipe, name] : {std::pair{QuantRecipe::q4_k_m, "llama-bf16-Q4_K_M"}, std::pair{QuantRecipe::q5_1, "llama-bf16-Q5_1"}}) {
+    INFO(name);
+    quantize(in, dir / "out.gguf", recipe);
+    CHECK(fnv1a64_file(dir / "out.gguf") == recorded_file_digest(name));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("Gemma 3 270M: the whole file is llama-quantize's, for every recipe", "[quantize][.][real_model]") {
   // The F16 source of docs/quantization.md, beside the real model in the user cache.
   const fs::path in = ember::test::real_model_path().parent_path().parent_path() / "bench" / "gemma-3-270m-F16.gguf";
