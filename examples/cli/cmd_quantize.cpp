@@ -53,6 +53,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   if (!recipe)
     throw UsageError(fmt::format("unknown type '{}' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M)",
                                  type_name));
+  if (*recipe == QuantRecipe::q4_k || *recipe == QuantRecipe::q5_k)
+    std::fprintf(stderr, "ember quantize: note: %s here is one K type with the output rule; llama-quantize reads "
+                 "%s as %s_M (docs/quantization.md)\n", to_string(*recipe), to_string(*recipe), to_string(*recipe));
   QuantizeOptions options;
   options.recipe = *recipe;
   options.pure = args.has("--pure");
