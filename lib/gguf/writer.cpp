@@ -5,6 +5,7 @@
 // multiple of the alignment (offsets relative to the data section). Nothing is
 // written after the last tensor, so every strict prefix of a file with tensors is
 // invalid (the tests rely on that).
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -167,21 +168,25 @@ void Writer::add_tensor(std::string name, quant::DType type, std::vector<int64_t
       Impl::Tensor{std::move(name), type, std::move(shape), std::vector<std::byte>(data.begin(), data.end())});
 }
 
-std::vector<std::byte> Writer::to_bytes() const {
-  const uint64_t alignment = impl_->alignment;
+namespace {
+
+// Header, metadata, tensor infos and the padding up to the data section of `impl`;
+// `data_bytes` receives the size of the data section (each tensor at its aligned offset).
+template <typename Impl>
+ByteSink layout_head(const Impl& impl, uint64_t& data_bytes) {
+  const uint64_t alignment = impl.alignment;
   ByteSink out;
   out.put_bytes("GGUF", 4);
   out.put<uint32_t>(3);
-  out.put<uint64_t>(impl_->tensors.size());
-  out.put<uint64_t>(impl_->metadata.size());
-  for (const KeyValue& kv : impl_->metadata) {
+  out.put<uint64_t>(impl.tensors.size());
+  out.put<uint64_t>(impl.metadata.size());
+  for (const KeyValue& kv : impl.metadata) {
     out.put_string(kv.key);
     out.put<uint32_t>(uint32_t(kv.value.type()));
     put_value(out, kv.value, kv.key);
   }
-
   uint64_t offset = 0;   // next tensor's offset in the data section
-  for (const Impl::Tensor& t : impl_->tensors) {
+  for (const auto& t : impl.tensors) {
     offset = (offset + alignment - 1) / alignment * alignment;
     out.put_string(t.name);
     out.put<uint32_t>(uint32_t(t.shape.size()));
@@ -190,27 +195,49 @@ std::vector<std::byte> Writer::to_bytes() const {
     out.put<uint64_t>(offset);
     offset += t.data.size();
   }
-  if (impl_->tensors.empty()) return out.take();
+  if (!impl.tensors.empty()) out.pad_to(alignment);
+  data_bytes = offset;
+  return out;
+}
 
-  out.pad_to(alignment);
+}  // namespace
+
+std::vector<std::byte> Writer::to_bytes() const {
+  uint64_t data_bytes = 0;
+  ByteSink out = layout_head(*impl_, data_bytes);
+  if (impl_->tensors.empty()) return out.take();
   const uint64_t data_start = out.size();
-  out.reserve(size_t(data_start + offset));
+  out.reserve(size_t(data_start + data_bytes));
   for (const Impl::Tensor& t : impl_->tensors) {
-    out.pad_to(alignment, data_start);
+    out.pad_to(impl_->alignment, data_start);
     out.put_bytes(t.data.data(), t.data.size());
   }
   return out.take();
 }
 
+// Streams the same bytes as to_bytes() without building the image in memory.
 void Writer::write(const std::filesystem::path& path) const {
-  const std::vector<std::byte> bytes = to_bytes();
+  uint64_t data_bytes = 0;
+  const std::vector<std::byte> head = layout_head(*impl_, data_bytes).take();
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) fail(ErrorCode::io, "cannot create '{}': {}", path.string(), std::strerror(errno));
-  const size_t written = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), f);
+  bool ok = head.empty() || std::fwrite(head.data(), 1, head.size(), f) == head.size();
+  const std::byte zeros[256] = {};
+  uint64_t at = 0;   // position in the data section
+  for (size_t i = 0; ok && i < impl_->tensors.size(); ++i) {
+    const Impl::Tensor& t = impl_->tensors[i];
+    const uint64_t start = (at + impl_->alignment - 1) / impl_->alignment * impl_->alignment;
+    for (uint64_t pad = start - at; ok && pad > 0;) {
+      const size_t n = size_t(std::min<uint64_t>(pad, sizeof zeros));
+      ok = std::fwrite(zeros, 1, n, f) == n;
+      pad -= n;
+    }
+    ok = ok && (t.data.empty() || std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size());
+    at = start + t.data.size();
+  }
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
-  if (written != bytes.size() || !closed)
-    fail(ErrorCode::io, "cannot write '{}': {}", path.string(), std::strerror(written != bytes.size() ? write_errno : errno));
+  if (!ok || !closed) fail(ErrorCode::io, "cannot write '{}': {}", path.string(), std::strerror(!ok ? write_errno : errno));
 }
 
 }  // namespace ember::gguf

@@ -189,7 +189,7 @@ TEST_CASE("run, chat, perplexity and bench on the real model", "[cli][real_model
 }
 
 TEST_CASE("every command prints its own usage for --help and for a wrong argument", "[cli]") {
-  for (const char* command : {"run", "chat", "perplexity", "bench", "batched-bench", "logits", "tokenize", "info"}) {
+  for (const char* command : {"run", "chat", "perplexity", "bench", "batched-bench", "logits", "tokenize", "info", "quantize"}) {
     INFO("ember " << command);
     for (const char* flag : {"--help", "-h"}) {
       const Run help = run_cli(std::string(command) + " " + flag);
@@ -298,4 +298,49 @@ TEST_CASE("llama.cpp's spellings are accepted where they mean the same", "[cli][
   CHECK(ngl.code == 0);
   CHECK_THAT(ngl.out, Catch::Matchers::Contains("-ngl 99 is ignored"));
   CHECK(run_cli(run + prompt + "-ngl lots").code == 2);
+}
+
+TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success writes the file", "[cli]") {
+  const std::string in = quote(ember::test::golden_dir() / "llama-F16.gguf");
+  const std::string out = "/tmp/ember_cli_quantize_out.gguf";
+  std::filesystem::remove(out);
+  const std::pair<std::string, std::string> usage_errors[] = {
+      {"quantize", "IN and OUT are required"},
+      {"quantize " + in, "IN and OUT are required"},
+      {"quantize " + in + " " + out, "--type is required"},
+      {"quantize " + in + " " + out + " --type Q3_K", "unknown type 'Q3_K'"},
+      {"quantize " + in + " " + out + " Q4_0 --type Q4_0", "given twice"},
+      {"quantize " + in + " " + out + " --type Q4_0 -t 0", "--threads"},
+      {"quantize " + in + " " + out + " Q4_0 0", "THREADS must be 1..1024"},
+      {"quantize " + in + " " + out + " Q4_0 2 extra", "unexpected argument 'extra'"},
+  };
+  for (const auto& [args, message] : usage_errors) {
+    INFO("ember " << args);
+    const Run r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Catch::Matchers::Contains(message));
+    CHECK_THAT(r.out, Catch::Matchers::Contains("usage: ember quantize"));
+  }
+  CHECK_FALSE(std::filesystem::exists(out));
+
+  const Run missing = run_cli("quantize /nonexistent/in.gguf " + out + " --type Q4_0");
+  CHECK(missing.code == 1);
+  CHECK_THAT(missing.out, Catch::Matchers::Contains("error (io)"));
+  CHECK_THAT(missing.out, Catch::Matchers::Contains("/nonexistent/in.gguf"));
+  const Run unwritable = run_cli("quantize " + in + " /nonexistent/dir/out.gguf --type Q4_0");
+  CHECK(unwritable.code == 1);
+  CHECK_THAT(unwritable.out, Catch::Matchers::Contains("error (io)"));
+  CHECK_THAT(unwritable.out, Catch::Matchers::Contains("cannot create a file in '/nonexistent/dir'"));
+  CHECK_FALSE(std::filesystem::exists(out));
+
+  // llama-quantize's positional order; a progress line per tensor and the report.
+  const Run ok = run_cli("quantize " + in + " " + out + " q4_k_m 2");
+  CHECK(ok.code == 0);
+  CHECK_THAT(ok.out, Catch::Matchers::Contains("[  39/  39]"));
+  CHECK_THAT(ok.out, Catch::Matchers::Contains("blk.3.ffn_down.weight"));
+  CHECK_THAT(ok.out, Catch::Matchers::Contains("F16 -> Q6_K"));
+  CHECK_THAT(ok.out, Catch::Matchers::Contains("total: 39 tensors"));
+  CHECK_THAT(ok.out, Catch::Matchers::Contains("general.file_type 15"));
+  CHECK(std::filesystem::file_size(out) == 2010784);   // llama-quantize's Q4_K_M of the same file
+  std::filesystem::remove(out);
 }

@@ -1,0 +1,111 @@
+// ember quantize IN OUT --type T [-t THREADS] [--pure]: writes a quantized GGUF with
+// ember::quantize_model, one progress line per tensor on stderr and the report on stdout.
+// llama-quantize's positional form `IN OUT TYPE [THREADS]` is accepted too.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace ember::cli {
+namespace {
+
+std::string mib(uint64_t bytes) { return fmt::format("{:.2f} MiB", double(bytes) / (1 << 20)); }
+
+std::string shape_of(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t d : shape) s += (s.empty() ? "" : " x ") + std::to_string(d);
+  return s;
+}
+
+}  // namespace
+
+int cmd_quantize(const std::vector<std::string>& argv) {
+  const std::vector<std::string> flags = {"--type", "--threads"};
+  const std::vector<std::string> switches = {"--pure"};
+  // Positional arguments are the ones that are neither a flag nor a flag's value.
+  std::vector<std::string> positional, named;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a.size() > 1 && a[0] == '-') {
+      named.push_back(a);
+      const bool takes_value = a == "--type" || a == "--threads" || a == "-t" || a == "-ngl" || a == "--n-gpu-layers";
+      if (takes_value && i + 1 < argv.size()) named.push_back(argv[++i]);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  const Args args(named, flags, switches, {{"-t", "--threads"}});
+  if (positional.size() < 2) throw UsageError("IN and OUT are required");
+  if (positional.size() > 4) throw UsageError(fmt::format("unexpected argument '{}'", positional[4]));
+  std::string type_name = args.get_or("--type", "");
+  if (positional.size() >= 3) {
+    if (!type_name.empty()) throw UsageError(fmt::format("the type is given twice ('{}' and --type)", positional[2]));
+    type_name = positional[2];
+  }
+  if (type_name.empty()) throw UsageError("--type is required");
+  const std::optional<QuantRecipe> recipe = parse_quant_recipe(type_name);
+  if (!recipe)
+    throw UsageError(fmt::format("unknown type '{}' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M)",
+                                 type_name));
+  if (*recipe == QuantRecipe::q4_k || *recipe == QuantRecipe::q5_k)
+    std::fprintf(stderr, "ember quantize: note: %s here is one K type with the output rule; llama-quantize reads "
+                 "%s as %s_M (docs/quantization.md)\n", to_string(*recipe), to_string(*recipe), to_string(*recipe));
+  QuantizeOptions options;
+  options.recipe = *recipe;
+  options.pure = args.has("--pure");
+  if (positional.size() == 4) {
+    if (args.has("--threads")) throw UsageError("the thread count is given twice");
+    char* end = nullptr;
+    const long n = std::strtol(positional[3].c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > 1024) throw UsageError(fmt::format("THREADS must be 1..1024, got '{}'", positional[3]));
+    options.threads = int(n);
+  } else {
+    options.threads = int(args.get_int("--threads", 1, 1, 1024));
+  }
+  const std::string& in = positional[0];
+  const std::string& out = positional[1];
+  options.on_tensor = [](const QuantizeProgress& p) {
+    const QuantizedTensor& t = *p.tensor;
+    std::string what = t.quantized ? fmt::format("{} -> {}{}, rel. error {:.5f}", t.type_in, t.type_out,
+                                                  t.fallback ? " (fallback)" : "", t.relative_error)
+                                   : fmt::format("{}, copied", t.type_out);
+    std::fprintf(stderr, "[%4zu/%4zu] %-32s %-16s %s, %s -> %s\n", p.index + 1, p.count, t.name.c_str(),
+                 shape_of(t.shape).c_str(), what.c_str(), mib(t.bytes_in).c_str(), mib(t.bytes_out).c_str());
+  };
+  std::fprintf(stderr, "ember quantize: %s -> %s, %s%s, %d thread%s\n", in.c_str(), out.c_str(), to_string(*recipe),
+               options.pure ? " (pure)" : "", options.threads, options.threads == 1 ? "" : "s");
+  const QuantizeReport report = quantize_model(in, out, options);
+  for (const std::string& w : report.warnings) std::fprintf(stderr, "ember quantize: warning: %s\n", w.c_str());
+
+  // The report: one line per tensor, then per output type, then totals.
+  std::printf("%-32s %-16s %-6s %-6s %12s %12s %10s\n", "tensor", "shape", "in", "out", "bytes in", "bytes out", "rel.err");
+  struct PerType {
+    size_t count = 0;
+    uint64_t bytes = 0;
+  };
+  std::map<std::string, PerType> per_type;
+  for (const QuantizedTensor& t : report.tensors) {
+    std::printf("%-32s %-16s %-6s %-6s %12llu %12llu %10s%s\n", t.name.c_str(), shape_of(t.shape).c_str(),
+                t.type_in.c_str(), t.type_out.c_str(), static_cast<unsigned long long>(t.bytes_in),
+                static_cast<unsigned long long>(t.bytes_out),
+                t.quantized ? fmt::format("{:.5f}", t.relative_error).c_str() : "-", t.fallback ? " fallback" : "");
+    PerType& p = per_type[t.type_out];
+    ++p.count;
+    p.bytes += t.bytes_out;
+  }
+  std::printf("\nby type:\n");
+  for (const auto& [type, p] : per_type) std::printf("  %-6s %4zu tensors %12s\n", type.c_str(), p.count, mib(p.bytes).c_str());
+  std::printf("\ntotal: %zu tensors, data %s -> %s (%.2f%%), file %s, relative error %.5f, general.file_type %u\n",
+              report.tensors.size(), mib(report.bytes_in).c_str(), mib(report.bytes_out).c_str(),
+              report.bytes_in ? 100.0 * double(report.bytes_out) / double(report.bytes_in) : 0.0,
+              mib(report.file_bytes).c_str(), report.relative_error, report.file_type);
+  return 0;
+}
+
+}  // namespace ember::cli

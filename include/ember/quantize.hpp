@@ -1,0 +1,82 @@
+// Writing a quantized GGUF from a higher-precision one (`ember quantize`).
+//
+// Round-to-nearest GGUF types with llama.cpp's per-tensor rules: the tensor data of
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (and of the K types, whose scales are searched as
+// llama.cpp searches them) is byte-identical to llama-quantize's from the same input.
+// docs/quantization.md lists the recipes, the rules and measurements.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ember/export.hpp"
+
+namespace ember {
+
+// What to write (`--type`).
+enum class QuantRecipe {
+  q8_0, q4_0, q4_1, q5_0, q5_1,   // one 32-value block type (output / tied embedding: Q6_K or Q8_0)
+  q4_k, q5_k, q6_k,               // one super-block type (same output rule; rows not a multiple of 256 fall back)
+  q4_k_m, q5_k_m,                 // llama.cpp's mixtures: some attn_v / ffn_down layers in Q6_K
+};
+
+// "Q4_K_M" and the like; the parse is case-insensitive. nullopt for other names.
+EMBER_API std::optional<QuantRecipe> parse_quant_recipe(std::string_view name);
+EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
+
+// One tensor of the output, as written.
+struct QuantizedTensor {
+  std::string name;
+  std::vector<int64_t> shape;     // GGUF order: shape[0] is the row length
+  std::string type_in;            // "F16"
+  std::string type_out;           // "Q4_K"; equal to type_in when copied unchanged
+  bool quantized = false;         // false: copied (norms, 1-D tensors, already the chosen type)
+  bool fallback = false;          // rows not a multiple of the chosen type's block: a wider type was used
+  uint64_t bytes_in = 0;          // data bytes in the input
+  uint64_t bytes_out = 0;         // data bytes in the output
+  // ||w - dequantize(quantize(w))|| / ||w|| over the tensor (0 when copied; 0 for an all-zero tensor).
+  double relative_error = 0;
+};
+
+// Progress: called once per tensor after it is done, in output order, from the calling thread.
+struct QuantizeProgress {
+  size_t index = 0;               // 0-based
+  size_t count = 0;               // tensors in all
+  const QuantizedTensor* tensor = nullptr;   // valid during the call
+};
+
+struct QuantizeOptions {
+  QuantRecipe recipe = QuantRecipe::q4_k_m;   // the output type or mixture
+  int threads = 1;                // worker threads for the rows of each tensor, >= 1 (1: the calling thread only)
+  bool pure = false;              // every quantizable tensor in the recipe's base type (llama-quantize --pure)
+  std::function<void(const QuantizeProgress&)> on_tensor;   // optional
+};
+
+struct QuantizeReport {
+  std::vector<QuantizedTensor> tensors;   // in output order
+  uint64_t bytes_in = 0;          // tensor data of the input
+  uint64_t bytes_out = 0;         // tensor data of the output
+  uint64_t file_bytes = 0;        // size of the written file
+  // sqrt(sum ||w - deq(q(w))||^2 / sum ||w||^2) over the quantized tensors.
+  double relative_error = 0;
+  uint32_t file_type = 0;         // general.file_type written (llama_ftype)
+  // Things the caller should know, e.g. that the input was already quantized.
+  std::vector<std::string> warnings;
+};
+
+// Reads the GGUF `input` (F32/F16/BF16 tensors are the usual source; quantized tensors of
+// a type ember reads are dequantized first, with a warning) and writes `output`: the same
+// metadata plus general.file_type and general.quantization_version = 2, and the tensors in
+// llama-quantize's order and types. The file is written to a temporary name in the output's
+// folder and renamed when complete; on any error no output (and no temporary) is left.
+// Throws ember::Error: invalid_argument (threads < 1), io (cannot read / write / rename,
+// disk full), malformed_file (not GGUF, truncated, non-finite weights), unsupported
+// (architecture ember does not know, a tensor type it cannot read, rows no type fits).
+EMBER_API QuantizeReport quantize_model(const std::string& input, const std::string& output,
+                                        const QuantizeOptions& options);
+
+}  // namespace ember

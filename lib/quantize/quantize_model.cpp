@@ -1,0 +1,276 @@
+// ember::quantize_model (include/ember/quantize.hpp): plan the tensor types, quantize
+// each tensor's rows on the requested threads, write the file under a temporary name in
+// the output's folder and rename it into place.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <system_error>
+#include <thread>
+
+#include "common/fail.hpp"
+#include "ember/quantize.hpp"
+#include "gguf/gguf.hpp"
+#include "model/arch.hpp"
+#include "quant/quant.hpp"
+#include "quantize/type_rules.hpp"
+#include "quantize/weight_quantizers.hpp"
+
+namespace ember {
+namespace {
+
+using quant::DType;
+namespace fs = std::filesystem;
+
+constexpr uint32_t kQuantizationVersion = 2;   // ggml's GGML_QNT_VERSION
+
+quantize::Recipe to_internal(QuantRecipe r) {
+  switch (r) {
+    case QuantRecipe::q8_0: return quantize::Recipe::q8_0;
+    case QuantRecipe::q4_0: return quantize::Recipe::q4_0;
+    case QuantRecipe::q4_1: return quantize::Recipe::q4_1;
+    case QuantRecipe::q5_0: return quantize::Recipe::q5_0;
+    case QuantRecipe::q5_1: return quantize::Recipe::q5_1;
+    case QuantRecipe::q4_k: return quantize::Recipe::q4_k;
+    case QuantRecipe::q5_k: return quantize::Recipe::q5_k;
+    case QuantRecipe::q6_k: return quantize::Recipe::q6_k;
+    case QuantRecipe::q4_k_m: return quantize::Recipe::q4_k_m;
+    case QuantRecipe::q5_k_m: return quantize::Recipe::q5_k_m;
+  }
+  fail(ErrorCode::invalid_argument, "quantize: unknown recipe {}", int(r));
+}
+
+// The output's temporary sibling: created (empty) at once so that an unwritable folder
+// fails before any work, removed by the destructor unless committed.
+class TempFile {
+ public:
+  explicit TempFile(const fs::path& output) : output_(output) {
+    const fs::path folder = output.has_parent_path() ? output.parent_path() : fs::path(".");
+    for (int attempt = 0;; ++attempt) {
+      path_ = folder / fmt::format(".{}.tmp-{}-{}", output.filename().string(), ::getpid(), attempt);
+      const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        return;
+      }
+      if (errno != EEXIST || attempt >= 100)
+        fail(ErrorCode::io, "quantize: cannot create a file in '{}' for '{}': {}", folder.string(), output.string(),
+             std::strerror(errno));
+    }
+  }
+  ~TempFile() {
+    if (!committed_) {
+      std::error_code ignored;
+      fs::remove(path_, ignored);
+    }
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  const fs::path& path() const { return path_; }
+  void commit() {
+    std::error_code ec;
+    fs::rename(path_, output_, ec);
+    if (ec) fail(ErrorCode::io, "quantize: cannot rename '{}' to '{}': {}", path_.string(), output_.string(), ec.message());
+    committed_ = true;
+  }
+
+ private:
+  fs::path output_, path_;
+  bool committed_ = false;
+};
+
+int64_t metadata_int_or(const gguf::File& file, const std::string& key, int64_t fallback) {
+  const gguf::Value* v = file.find(key);
+  return v && v->is_integer() ? v->as_int(key) : fallback;
+}
+
+// Keys llama-quantize drops or rewrites; general.alignment is written by the Writer.
+bool copied_key(std::string_view key) {
+  return key != "general.file_type" && key != "general.quantization_version" && key != "general.alignment" &&
+         key != "split.no" && key != "split.count" && key != "split.tensors.count";
+}
+
+struct RowSums {
+  double error2 = 0, norm2 = 0;
+};
+
+// Quantizes the rows [row_begin, row_end) of `t` into `out` and measures the error.
+RowSums quantize_rows(const gguf::TensorInfo& t, DType type, std::byte* out, int64_t row_begin, int64_t row_end) {
+  const int64_t cols = t.cols();
+  const size_t in_row = quant::row_bytes(t.type, cols), out_row = quant::row_bytes(type, cols);
+  std::vector<float> values(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
+  RowSums sums;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    quant::dequantize_row(t.type, t.data + size_t(r) * in_row, values.data(), cols);
+    for (int64_t i = 0; i < cols; ++i)
+      if (!std::isfinite(values[size_t(i)]))
+        fail(ErrorCode::malformed_file, "quantize: tensor '{}' holds a non-finite value ({}) in row {}", t.name,
+             values[size_t(i)], r);
+    std::byte* dst = out + size_t(r) * out_row;
+    quantize::quantize_values(type, values.data(), dst, cols);
+    quant::dequantize_row(type, dst, back.data(), cols);
+    for (int64_t i = 0; i < cols; ++i) {
+      const double w = values[size_t(i)], e = w - double(back[size_t(i)]);
+      sums.error2 += e * e;
+      sums.norm2 += w * w;
+    }
+  }
+  return sums;
+}
+
+// All rows of `t` on `threads` threads (contiguous row ranges); the sums are added in
+// thread order.
+RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, int threads) {
+  const int64_t rows = t.rows();
+  const int n = int(std::max<int64_t>(1, std::min<int64_t>(threads, rows)));
+  if (n == 1) return quantize_rows(t, type, out, 0, rows);
+  std::vector<RowSums> sums(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> workers;
+  workers.reserve(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    workers.emplace_back([&, i] {
+      try {
+        sums[size_t(i)] = quantize_rows(t, type, out, rows * i / n, rows * (i + 1) / n);
+      } catch (...) {
+        errors[size_t(i)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  RowSums total;
+  for (const RowSums& s : sums) total.error2 += s.error2, total.norm2 += s.norm2;
+  return total;
+}
+
+}  // namespace
+
+std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
+  static constexpr QuantRecipe kAll[] = {QuantRecipe::q8_0, QuantRecipe::q4_0, QuantRecipe::q4_1, QuantRecipe::q5_0,
+                                         QuantRecipe::q5_1, QuantRecipe::q4_k, QuantRecipe::q5_k, QuantRecipe::q6_k,
+                                         QuantRecipe::q4_k_m, QuantRecipe::q5_k_m};
+  const quantize::RecipeInfo* info = quantize::find_recipe(name);
+  if (!info) return std::nullopt;
+  for (QuantRecipe r : kAll)
+    if (to_internal(r) == info->recipe) return r;
+  return std::nullopt;
+}
+
+const char* to_string(QuantRecipe recipe) noexcept {
+  try {
+    return quantize::recipe_info(to_internal(recipe)).name.data();   // the names are literals
+  } catch (...) {
+    return "unknown";
+  }
+}
+
+QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeOptions& options) {
+  require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
+  require(!output.empty(), "quantize: the output path is empty");
+  const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
+
+  const gguf::File file = gguf::File::open(input);
+  if (const gguf::Value* split = file.find("split.count"); split && split->is_integer() && split->as_int() > 1)
+    fail(ErrorCode::unsupported, "quantize: '{}' is part {} of a model split into {} files; merge it first (llama-gguf-split --merge)",
+         input, metadata_int_or(file, "split.no", 0) + 1, split->as_int());
+  const std::string arch(file.get_string("general.architecture"));
+  if (!model::find_arch(arch)) {
+    std::string known;
+    for (const model::ArchTraits& a : model::supported_archs()) known += (known.empty() ? "" : ", ") + std::string(a.name);
+    fail(ErrorCode::unsupported, "quantize: '{}' has architecture '{}', which ember does not support ({})", input, arch,
+         known);
+  }
+  quantize::ModelFacts facts{.arch = arch,
+                             .n_layer = int64_t(file.get_uint(arch + ".block_count")),
+                             .n_expert = metadata_int_or(file, arch + ".expert_count", 0),
+                             .n_head = metadata_int_or(file, arch + ".attention.head_count", 0),
+                             .n_head_kv = metadata_int_or(file, arch + ".attention.head_count_kv", 0)};
+
+  std::vector<quantize::TensorShape> shapes;
+  for (size_t i = 0; i < file.tensors().size(); ++i) {
+    const gguf::TensorInfo& t = file.tensors()[i];
+    shapes.push_back({.name = t.name, .type = t.type, .shape = t.shape, .index = i});
+  }
+  const std::vector<quantize::TensorPlan> plans = quantize::plan_types(shapes, facts, recipe.recipe, options.pure);
+
+  QuantizeReport report;
+  report.file_type = recipe.file_type;
+  size_t requantized = 0;
+  for (const quantize::TensorPlan& plan : plans) {
+    const gguf::TensorInfo& t = file.tensors()[plan.index];
+    if (!plan.quantize) continue;
+    const bool readable = t.type == DType::f32 || t.type == DType::f16 || t.type == DType::bf16 ||
+                          quant::type_info(t.type).weight_supported;
+    if (!readable)
+      fail(ErrorCode::unsupported, "quantize: tensor '{}' is {}, which ember cannot read to requantize", t.name,
+           quant::type_name(t.type));
+    if (!quantize::can_write(plan.type))
+      fail(ErrorCode::unsupported, "quantize: tensor '{}' would be {}, which ember cannot write", t.name,
+           quant::type_name(plan.type));
+    if (t.type != DType::f32 && t.type != DType::f16 && t.type != DType::bf16) ++requantized;
+  }
+  if (requantized > 0)
+    report.warnings.push_back(fmt::format(
+        "{} of the tensors to quantize are already quantized: they are dequantized and quantized again, which loses "
+        "more accuracy than quantizing the original weights",
+        requantized));
+
+  TempFile temp(output);   // fails here, before any work, when the folder cannot be written
+
+  gguf::Writer writer(file.alignment());
+  for (const gguf::KeyValue& kv : file.metadata())
+    if (copied_key(kv.key)) writer.add(kv.key, kv.value);
+  writer.add_uint32("general.quantization_version", kQuantizationVersion);
+  writer.add_uint32("general.file_type", recipe.file_type);
+
+  double error2 = 0, norm2 = 0;
+  std::vector<std::byte> buffer;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const quantize::TensorPlan& plan = plans[k];
+    const gguf::TensorInfo& t = file.tensors()[plan.index];
+    QuantizedTensor q{.name = t.name,
+                      .shape = t.shape,
+                      .type_in = std::string(quant::type_name(t.type)),
+                      .type_out = std::string(quant::type_name(plan.type)),
+                      .quantized = plan.quantize,
+                      .fallback = plan.fallback,
+                      .bytes_in = t.n_bytes};
+    if (!plan.quantize) {
+      writer.add_tensor(t.name, t.type, t.shape, std::span(t.data, t.n_bytes));
+      q.bytes_out = t.n_bytes;
+    } else {
+      buffer.assign(quant::row_bytes(plan.type, t.cols()) * size_t(t.rows()), std::byte{0});
+      const RowSums sums = quantize_tensor(t, plan.type, buffer.data(), options.threads);
+      writer.add_tensor(t.name, plan.type, t.shape, buffer);
+      q.bytes_out = buffer.size();
+      q.relative_error = sums.norm2 > 0 ? std::sqrt(sums.error2 / sums.norm2) : 0.0;
+      error2 += sums.error2;
+      norm2 += sums.norm2;
+    }
+    report.bytes_in += q.bytes_in;
+    report.bytes_out += q.bytes_out;
+    report.tensors.push_back(std::move(q));
+    if (options.on_tensor) options.on_tensor({.index = k, .count = plans.size(), .tensor = &report.tensors.back()});
+  }
+  report.relative_error = norm2 > 0 ? std::sqrt(error2 / norm2) : 0.0;
+
+  try {
+    writer.write(temp.path());
+  } catch (const Error& e) {
+    fail(e.code(), "quantize: cannot write '{}': {}", output, e.what());
+  }
+  std::error_code ec;
+  report.file_bytes = fs::file_size(temp.path(), ec);
+  temp.commit();
+  return report;
+}
+
+}  // namespace ember
