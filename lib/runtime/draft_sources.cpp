@@ -18,6 +18,7 @@ class LookupSource final : public DraftSource {
   std::vector<int32_t> draft(std::span<const int32_t> context, int32_t k) override {
     return lookup_draft(context, k, max_, min_);
   }
+  bool free() const override { return true; }
 
  private:
   int32_t max_, min_;

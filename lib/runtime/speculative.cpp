@@ -60,12 +60,22 @@ int32_t DraftPolicy::next_k() const {
 void DraftPolicy::after_plain(double seconds) {
   plain_cost_ = blend(plain_cost_, seconds);
   if (paused_for_ > 0 && --paused_for_ == 0) {
+    shadow_hits_ = 0.0;
+    shadow_steps_ = 0;
     k_ = o_.draft_min;  // probe again from the shortest drafts
     acceptance_ = -1.0;
     accepted_mean_ = rejected_mean_ = 0.0;
     step_tokens_ = step_cost_ = 0.0;
     costed_steps_ = 0;
   }
+}
+
+void DraftPolicy::after_shadow(bool hit) {
+  if (paused_for_ <= 0) return;
+  shadow_hits_ = shadow_steps_++ == 0 ? double(hit) : shadow_hits_ + kMeanWeight * (double(hit) - shadow_hits_);
+  // Four scored drafts at least, most of them right: the text repeats again. The
+  // next after_plain() ends the pause and probes from draft_min.
+  if (shadow_steps_ >= 4 && shadow_hits_ >= o_.min_acceptance) paused_for_ = 1;
 }
 
 double DraftPolicy::gain(int32_t k) const {
@@ -137,6 +147,11 @@ StepPart begin_speculative_step(Generation& g, Sequence& seq, DraftSource& sourc
   st.force_plain = false;
   const auto draft_start = Clock::now();
   st.drafts = k > 0 ? source.draft(seq.tokens(), k) : std::vector<int32_t>{};
+  st.shadow.reset();
+  if (k == 0 && st.policy.paused() && source.free()) {
+    const std::vector<int32_t> one = source.draft(seq.tokens(), 1);
+    if (!one.empty()) st.shadow = one[0];
+  }
   if (int32_t(st.drafts.size()) > k) st.drafts.resize(size_t(k));
   if (int32_t(st.drafts.size()) < st.options.draft_min) st.drafts.clear();
   st.draft_seconds = since(draft_start);
@@ -202,6 +217,7 @@ void finish_speculative_step(Generation& g, Sequence& seq, const StepPart& part,
     ++metrics.plain_steps;
     metrics.plain_seconds += step_seconds;
     metrics.draft_seconds += st.draft_seconds;
+    if (st.shadow && !g.result().tokens.empty()) st.policy.after_shadow(g.result().tokens.back() == *st.shadow);
     st.policy.after_plain(step_seconds + st.draft_seconds);
   }
   metrics.current_k = st.policy.k();

@@ -27,6 +27,10 @@ class DraftSource {
   // (the prompt, or the tokens taken while drafting was paused) before drafting.
   // A one-time cost, not a cost per drafted token: the policy leaves it out.
   double catch_up_seconds() const { return catch_up_seconds_; }
+  // True when draft() costs next to nothing (prompt lookup): while drafting is paused,
+  // the policy then keeps asking it and scores its first draft against the token
+  // each plain step picks, to resume as soon as the drafts would pass again.
+  virtual bool free() const { return false; }
 
  protected:
   double catch_up_seconds_ = 0.0;
@@ -50,6 +54,9 @@ class DraftPolicy {
   int32_t next_k() const;
   void after_verify(int32_t drafted, int32_t accepted, double draft_seconds, double verify_seconds);
   void after_plain(double seconds);
+  // While paused, with a free draft source: whether its first draft was the token
+  // a plain step picked. Enough hits end the pause early.
+  void after_shadow(bool hit);
   int32_t k() const { return k_; }
   bool paused() const { return paused_for_ > 0; }
   // Expected tokens per verification step with per-draft acceptance `alpha` and k
@@ -74,6 +81,8 @@ class DraftPolicy {
   int32_t costed_steps_ = 0;      // steps in these two means
   int32_t backoff_ = 1;           // the next pause is probe_interval * backoff_ tokens
   int32_t paused_for_ = 0;        // plain tokens still to take before drafting again
+  double shadow_hits_ = 0.0;      // running mean of shadow hits during a pause
+  int32_t shadow_steps_ = 0;      // shadow drafts scored during this pause
   bool warmed_up_ = false;        // a verification step has been taken (the first is not costed)
 };
 
@@ -89,6 +98,7 @@ struct SpeculativeState {
   std::vector<float> rows;
   std::function<void(size_t, std::span<const float>)> sink;
   double draft_seconds = 0.0;
+  std::optional<int32_t> shadow;  // a paused free source's first draft for this plain step
   double catch_up_seconds = 0.0;  // of draft_seconds: the draft catching up with the context
   bool force_plain = false;  // the last drafts did not fit the cache: one plain step
 };

@@ -226,4 +226,21 @@ TEST_CASE("the adaptive policy estimates acceptance per draft and pauses only wh
     p.after_plain(0.010);
   }
   CHECK(p.next_k() == o.draft_min);
+  // A free source scored while paused (prompt lookup): misses keep the pause, four
+  // hits in a row end it at the next plain step, long before its 20 tokens.
+  steps = 0;
+  while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, 0.0, 0.016);
+  REQUIRE(p.paused());
+  for (int i = 0; i < 3; ++i) {
+    p.after_shadow(false);
+    p.after_plain(0.010);
+  }
+  CHECK(p.paused());
+  for (int i = 0; i < 4; ++i) {
+    CHECK(p.paused());
+    p.after_shadow(true);
+    p.after_plain(0.010);
+  }
+  CHECK_FALSE(p.paused());
+  CHECK(p.next_k() == o.draft_min);
 }
