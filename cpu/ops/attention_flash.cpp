@@ -197,7 +197,11 @@ class Flash {
       sc.score_offset = score_total;
       score_total += int64_t(sc.pos.size()) * p_.n_head_kv;
       const std::vector<int64_t>& tokens = by_seq[size_t(s)];
-      const int64_t block_tokens = int64_t(tokens.size()) >= kTiledMinTokens ? kQueryBlock : 1;
+      // Batch-invariant sums (SumOrder::batch_invariant): every token alone, in the
+      // lone schedule a decode step uses, so that a token's result does not depend on
+      // how many tokens share its step (a speculative verification, an Engine batch).
+      const int64_t block_tokens =
+          !ctx_.batch_invariant && int64_t(tokens.size()) >= kTiledMinTokens ? kQueryBlock : 1;
       for (size_t t0 = 0; t0 < tokens.size(); t0 += size_t(block_tokens)) {
         Block b{s, {}, 0, 0, 1, 0};
         b.tokens.assign(tokens.begin() + int64_t(t0),

@@ -50,7 +50,14 @@ LongResult run_long(Placed& p, DType storage, const LongScene& sc, std::mt19937 
 
   const HostTensor k_new = random_f32(int64_t(slots.size()), width, rng);
   const HostTensor v_new = random_f32(int64_t(slots.size()), width, rng);
-  const HostTensor q = random_f32(n_tok, q_width, rng, -3, 3);
+  // Each query row from its own position and sequence, so that a token's query does
+  // not depend on how many tokens the scene has.
+  HostTensor q = random_f32(n_tok, q_width, rng, -3, 3);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::mt19937 row_rng(uint32_t(q_pos[size_t(t)] * 7 + q_seq[size_t(t)]));
+    const HostTensor row = random_f32(1, q_width, row_rng, -3, 3);
+    std::copy(row.bytes.begin(), row.bytes.end(), q.bytes.begin() + t * q_width * 4);
+  }
   const auto [kc, vc] = stored_kv(p, storage, n_slots, k_new, v_new, slots);
   backend::AttentionParams ap;
   ap.n_head = sc.n_head, ap.n_head_kv = sc.n_kv, ap.head_dim = sc.head_dim;
@@ -125,6 +132,29 @@ TEST_CASE("split-K attention does not depend on the thread count", "[ops][attent
     INFO(quant::type_name(storage));
     REQUIRE(max_abs(a.out) > 0.0);
     CHECK(a.out == b.out);
+  }
+}
+
+TEST_CASE("batch-invariant attention gives a query token the bits it gets alone", "[ops][attention][invariant]") {
+  // A decode step (1 query token) and a step of 40 (a long verification or an Engine
+  // batch: blocks of 32 outside batch-invariant mode): the last token's row must agree
+  // bit for bit, for every cache type and level.
+  for (const DType storage : {DType::f16, DType::kv_q8_g32, DType::kv_q4_g32}) {
+    for (const cpu::Isa isa : cpu::available_isas()) {
+      auto be = cpu::make_cpu_backend({.threads = 2, .isa = isa});
+      be->set_sum_order(backend::SumOrder::batch_invariant);
+      LongScene one, many;
+      one.n_cells = many.n_cells = 700;
+      one.n_query = 1, many.n_query = 40;
+      const LongResult a = run_on(*be, storage, one), b = run_on(*be, storage, many);
+      const size_t row_width = size_t(one.n_head) * one.head_dim;
+      // Row 0's last query is row n_query - 1 of each output.
+      const std::vector<float> alone(a.out.begin(), a.out.begin() + long(row_width));
+      const std::vector<float> among(b.out.begin() + long(39 * row_width), b.out.begin() + long(40 * row_width));
+      INFO(quant::type_name(storage) << " " << cpu::isa_name(isa));
+      REQUIRE(max_abs(alone) > 0.0);
+      CHECK(alone == among);
+    }
   }
 }
 

@@ -105,6 +105,31 @@ TEST_CASE("the model's own cheaper drafts give the tokens of plain decoding", "[
   CHECK(v.speculative.acceptance_rate() > 0.4);
 }
 
+// Verification steps of up to 9 tokens: a quantized cache's attention must sum each of
+// them as a one-token step does (batch-invariant order), whatever the step's size.
+TEST_CASE("rejected drafts leave INT8 and INT4 caches as plain decoding leaves them", "[speculative]") {
+  auto model = test::gemma();
+  for (const KVStorage storage : {KVStorage::int8, KVStorage::int4}) {
+    INFO("storage " << int(storage));
+    const auto run = [&](SpeculativeOptions spec) {
+      auto session = model->new_session({.kv = {.max_tokens = 1024, .storage = storage}, .batch_invariant = true});
+      Sampler sampler(greedy());
+      return session->generate(kRepetitive, sampler, with(std::move(spec), 64));
+    };
+    const GenerateResult plain = run({});
+    int64_t rejected = 0;
+    for (const SpeculativeOptions& spec :
+         {SpeculativeOptions{.kind = DraftKind::lookup, .draft_max = 8, .adaptive = false},
+          SpeculativeOptions{.kind = DraftKind::self, .draft_max = 6, .self_vocab = 16384, .adaptive = false}}) {
+      const GenerateResult r = run(spec);
+      CHECK(r.tokens == plain.tokens);
+      CHECK(r.speculative.accepted > 0);
+      rejected += r.speculative.rejected_steps;
+    }
+    CHECK(rejected > 0);  // some drafts were rolled back from the quantized cache
+  }
+}
+
 TEST_CASE("a reduced draft vocabulary takes in the tokens of its context", "[speculative]") {
   auto model = test::gemma();
   // 256 static rows hold short pieces only ("def", "return", " add" are not among
