@@ -123,6 +123,11 @@ HParams HParams::from_gguf(const gguf::File& f) {
                       ? get_count(f, p + "rope.scaling.original_context_length", int64_t(1) << 24)
                       : hp.n_ctx_train;
 
+  if (f.find("tokenizer.ggml.bos_token_id")) {
+    const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id");
+    hp.bos_token = bos < uint64_t(hp.n_vocab) ? int32_t(bos) : -1;  // the tokenizer reports a bad id
+  }
+
   if (hp.arch->moe) {
     hp.n_expert = int(get_count(f, p + "expert_count", 1 << 12));
     hp.n_expert_used = int(get_count(f, p + "expert_used_count", hp.n_expert));
