@@ -123,9 +123,11 @@ HParams HParams::from_gguf(const gguf::File& f) {
                       ? get_count(f, p + "rope.scaling.original_context_length", int64_t(1) << 24)
                       : hp.n_ctx_train;
 
-  if (f.find("tokenizer.ggml.bos_token_id")) {
-    const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id");
-    hp.bos_token = bos < uint64_t(hp.n_vocab) ? int32_t(bos) : -1;  // the tokenizer reports a bad id
+  // Never an error here (the tokenizer reports a bad id): anything but an id in the
+  // vocabulary leaves -1, and quantized caches then store keys as they are.
+  if (const gguf::Value* bos = f.find("tokenizer.ggml.bos_token_id"); bos && bos->is_integer()) {
+    const int64_t id = bos->as_int("tokenizer.ggml.bos_token_id");
+    hp.bos_token = id >= 0 && id < hp.n_vocab ? int32_t(id) : -1;
   }
 
   if (hp.arch->moe) {
