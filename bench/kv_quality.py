@@ -2,8 +2,14 @@
 """Perplexity against KV-cache bytes per token: `ember perplexity` over each text with each
 KV storage type, the change against F16 per text, and a plot of the trade-off.
 
-    EMBER=build/examples/ember python3 bench/kv_quality.py -m MODEL.gguf --ctx 1024 \\
+    EMBER=build/examples/ember python3 bench/kv_quality.py -m MODEL.gguf --ctx 1024 --chunks 6 \\
         --kv f16,int8:32,int8:64,int4:32,int4:64 --plot kv.png TEXT [TEXT ...]
+
+Each change is also given with its standard error: `ember perplexity --nll` writes every
+scored token's negative log-likelihood, and the change of the mean over the same tokens
+(ln of the perplexity ratio) has the standard error std(delta) / sqrt(n) of the per-token
+differences: a change smaller than about twice that is noise (a quantized cache moves
+individual tokens' probabilities both ways).
 
 Bytes per token come from `ember info` (the model's KV bytes per token at each storage).
 Only the Python standard library is needed, and matplotlib for --plot.
@@ -12,19 +18,37 @@ Only the Python standard library is needed, and matplotlib for --plot.
 import argparse
 import os
 import re
+import math
 import shutil
 import sys
+import tempfile
 
 from compare import run  # same folder: runs a command, exits with its stderr on failure
 
 
-def perplexity(ember, model, text, ctx, threads, kv_type, group):
-    out = run([ember, "perplexity", "-m", model, "-f", text, "--ctx", str(ctx), "-t", str(threads),
-               "--kv-type", kv_type, "--kv-group", str(group)])
+def perplexity(ember, model, text, ctx, threads, kv_type, group, chunks, nll_file):
+    """(perplexity, [per-token negative log-likelihoods])."""
+    cmd = [ember, "perplexity", "-m", model, "-f", text, "--ctx", str(ctx), "-t", str(threads),
+           "--kv-type", kv_type, "--kv-group", str(group), "--nll", nll_file]
+    if chunks:
+        cmd += ["--chunks", str(chunks)]
+    out = run(cmd)
     match = re.search(r"perplexity: ([0-9.]+)", out)
     if not match:
         sys.exit(f"no perplexity in the output of ember perplexity:\n{out}")
-    return float(match.group(1))
+    with open(nll_file) as f:
+        nll = [float(line) for line in f if line.strip()]
+    return float(match.group(1)), nll
+
+
+def change(base_nll, nll):
+    """(change of the perplexity in %, its standard error in %) from per-token NLLs."""
+    deltas = [b - a for a, b in zip(base_nll, nll)]
+    n = len(deltas)
+    mean = sum(deltas) / n
+    var = sum((d - mean) ** 2 for d in deltas) / max(n - 1, 1)
+    rise = math.exp(mean)
+    return 100 * (rise - 1), 100 * rise * math.sqrt(var / n)
 
 
 def bytes_per_token(ember, model):
@@ -43,6 +67,7 @@ def main():
     parser.add_argument("texts", nargs="+")
     parser.add_argument("-m", "--model", required=True)
     parser.add_argument("--ctx", type=int, default=1024)
+    parser.add_argument("--chunks", type=int, default=0, help="windows of CTX tokens per text (0: all)")
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--kv", default="f16,int8:32,int4:32", help="TYPE[:GROUP] list, the first is the baseline")
     parser.add_argument("--ember", default=os.environ.get("EMBER") or shutil.which("ember"))
@@ -52,19 +77,24 @@ def main():
         parser.error("set EMBER to the ember CLI binary (build/examples/ember)")
     kvs = [(k.split(":")[0], int(k.split(":")[1]) if ":" in k else 32) for k in args.kv.split(",")]
     sizes = bytes_per_token(args.ember, args.model)
-    results = {}
+    results, nlls = {}, {}
+    scratch = tempfile.mkdtemp(prefix="kv_quality_")
     for text in args.texts:
         for kv_type, group in kvs:
-            ppl = perplexity(args.ember, args.model, text, args.ctx, args.threads, kv_type, group)
-            results[(text, kv_type, group)] = ppl
-            print(f"  {os.path.basename(text)} {kv_type} g{group}: {ppl:.4f}", flush=True)
+            nll_file = os.path.join(scratch, f"{len(nlls)}.nll")
+            ppl, nll = perplexity(args.ember, args.model, text, args.ctx, args.threads, kv_type, group,
+                                  args.chunks, nll_file)
+            results[(text, kv_type, group)], nlls[(text, kv_type, group)] = ppl, nll
+            print(f"  {os.path.basename(text)} {kv_type} g{group}: {ppl:.4f} ({len(nll)} tokens)", flush=True)
     base_type, base_group = kvs[0]
     print(f"\n| text | " + " | ".join(f"{t}" + (f" g{g}" if t.startswith("int") else "") for t, g in kvs) + " |")
     print("|---|" + "---|" * len(kvs))
     for text in args.texts:
         base = results[(text, base_type, base_group)]
-        cells = [f"{base:.4f}"] + [f"{results[(text, t, g)]:.4f} ({100 * (results[(text, t, g)] / base - 1):+.2f} %)"
-                                   for t, g in kvs[1:]]
+        cells = [f"{base:.4f}"]
+        for t, g in kvs[1:]:
+            rise, err = change(nlls[(text, base_type, base_group)], nlls[(text, t, g)])
+            cells.append(f"{results[(text, t, g)]:.4f} ({rise:+.2f} ± {err:.2f} %)")
         print(f"| {os.path.basename(text)} | " + " | ".join(cells) + " |")
     print("| bytes per token | " + " | ".join(str(sizes.get((t, g), "?")) for t, g in kvs) + " |")
     if args.plot:
@@ -75,8 +105,9 @@ def main():
         for text in args.texts:
             base = results[(text, base_type, base_group)]
             xs = [sizes.get((t, g), float("nan")) for t, g in kvs]
-            ys = [100 * (results[(text, t, g)] / base - 1) for t, g in kvs]
-            ax.plot(xs, ys, marker="o", label=os.path.basename(text))
+            changes = [change(nlls[(text, base_type, base_group)], nlls[(text, t, g)]) for t, g in kvs]
+            ys, errs = [c[0] for c in changes], [c[1] for c in changes]
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=os.path.basename(text))
             for x, y, (t, g) in zip(xs, ys, kvs):
                 ax.annotate(t + (f" g{g}" if t.startswith("int") else ""), (x, y), fontsize=6,
                             textcoords="offset points", xytext=(3, 3))

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "cli.hpp"
@@ -98,7 +99,7 @@ int stream_perplexity(const Args& args, Model& model, const std::vector<int32_t>
 
 int cmd_perplexity(const std::vector<std::string>& argv) {
   std::vector<std::string> flags = {"--model", "--file",  "--ctx", "--threads", "--chunks",
-                                    "--batch", "--segment", "--csv", "--tokens",  "--restart"};
+                                    "--batch", "--segment", "--csv", "--tokens",  "--restart", "--nll"};
   flags.insert(flags.end(), kKVFlags.begin(), kKVFlags.end());
   const Args args(argv, flags, {"--verbose", "--stream"},
                   {{"-m", "--model"}, {"-f", "--file"}, {"-c", "--ctx"}, {"-t", "--threads"}, {"-v", "--verbose"}});
@@ -132,6 +133,13 @@ int cmd_perplexity(const std::vector<std::string>& argv) {
   const bool adds_bos = bos >= 0 && tokens.front() == bos;
   const size_t first = size_t(ctx / 2);
 
+  // --nll FILE: every scored token's negative log-likelihood, one per line, so that two
+  // runs over the same text can be compared token by token (bench/kv_quality.py).
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> nll_out(nullptr, &std::fclose);
+  if (args.has("--nll")) {
+    nll_out.reset(std::fopen(args.get("--nll").c_str(), "w"));
+    if (!nll_out) throw Error(ErrorCode::io, fmt::format("cannot write '{}'", args.get("--nll")));
+  }
   double nll_sum = 0.0, nll_sq_sum = 0.0;
   int64_t scored = 0;
   ProgressBar bar("perplexity");
@@ -145,6 +153,7 @@ int cmd_perplexity(const std::vector<std::string>& argv) {
       nll_sum += nll;
       nll_sq_sum += nll * nll;
       ++scored;
+      if (nll_out) std::fprintf(nll_out.get(), "%.6f\n", nll);
     });
     bar.update(double(c + 1) / double(n_chunk));
     if (args.has("--verbose"))

@@ -58,11 +58,12 @@ speculative decoding (lossless: the same tokens as without it):
       {"chat", ember::cli::cmd_chat, R"(ember chat -m MODEL [-n N] [--system TEXT] [-t THREADS] [-c CTX] [sampling options]
   Interactive multi-turn chat in the model's chat format (terminal or pipe).
 )"},
-      {"perplexity", ember::cli::cmd_perplexity, R"(ember perplexity -m MODEL -f FILE [-c CTX] [-t THREADS] [KV options]
+      {"perplexity", ember::cli::cmd_perplexity, R"(ember perplexity -m MODEL -f FILE [-c CTX] [-t THREADS] [--chunks N] [--nll FILE] [KV options]
           [--stream [--tokens N] [--batch 16] [--segment 1000] [--restart N] [--csv FILE]]
   Perplexity of a text, scored like llama-perplexity (windows of CTX tokens, second
-  half scored). --stream reads the text as one stream through a bounded cache and
-  reports perplexity per segment.
+  half scored). --nll FILE writes each scored token's negative log-likelihood, one a
+  line (compare two KV types token by token: bench/kv_quality.py). --stream reads the
+  text as one stream through a bounded cache and reports perplexity per segment.
 )"},
       {"bench", ember::cli::cmd_bench, R"(ember bench -m MODEL [-p 512] [-n 64] [-d 0] [-t THREADS] [-r 3] [--kv-type T] [--json]
           [--draft KIND | -md DRAFT [--draft-max K]]

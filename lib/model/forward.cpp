@@ -14,6 +14,7 @@
 #include "backend/ops/rope.hpp"
 #include "common/fail.hpp"
 #include "model/moe.hpp"
+#include "quant/kv_formats.hpp"
 
 namespace ember::model {
 
@@ -179,9 +180,53 @@ bool Forward::run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, s
   return true;
 }
 
+const std::vector<float>& Forward::key_offsets() {
+  ensure_key_offsets();
+  return key_offsets_;
+}
+
+void Forward::ensure_key_offsets() {
+  if (!offset_neg_.empty()) return;
+  const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
+  std::vector<float> offsets(size_t(hp_.n_layer) * size_t(kv_width), 0.0f);
+  // Soft-capped scores (gemma2) are not shift-invariant: no offsets there.
+  if (hp_.bos_token >= 0 && hp_.attn_softcap == 0.0f) {
+    // One BOS token at position 0 through an F32 cache of its own; compute() copies
+    // each layer's key (after rope) into `offsets`.
+    kv::CacheConfig config;
+    config.n_layer = hp_.n_layer;
+    config.k_width = config.v_width = kv_width;
+    config.storage = DType::f32;
+    config.max_seq_tokens = config.max_tokens = config.page_tokens = 16;
+    kv::KVCache scratch(be_, config);
+    const BatchToken bos{.token = hp_.bos_token, .pos = 0, .seq = 0, .logits = false};
+    capture_keys_ = &offsets;
+    try {
+      run(scratch, std::span(&bos, 1), [](size_t, std::span<const float>) {});
+    } catch (...) {
+      capture_keys_ = nullptr;
+      throw;
+    }
+    capture_keys_ = nullptr;
+  }
+  std::vector<float> both(offsets.size() * 2);
+  for (size_t i = 0; i < offsets.size(); ++i) both[i] = -offsets[i], both[offsets.size() + i] = offsets[i];
+  offset_buffer_ = be_.allocate(both.size() * sizeof(float));
+  const Tensor all = backend::make_tensor(*offset_buffer_, 0, DType::f32, 2 * int64_t(hp_.n_layer), kv_width);
+  be_.upload(all, both.data());
+  for (int il = 0; il < hp_.n_layer; ++il) {
+    offset_neg_.push_back(all.slice_rows(il, 1));
+    offset_pos_.push_back(all.slice_rows(hp_.n_layer + il, 1));
+  }
+  key_offsets_ = std::move(offsets);
+}
+
 bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, const kv::Placement& placement,
                       size_t first_index, const LogitsSink& sink, const std::atomic<bool>* cancel) {
   const auto n = int64_t(chunk.size());
+  // Quantized caches hold keys minus the layer's offset (see key_offsets()).
+  const bool centered = quant::kv::is_quantized(cache.k().type);
+  if (centered) ensure_key_offsets();
   {
     // ---- host-side tables for this chunk ----
     std::map<int32_t, int32_t> seq_row;  // sequence id -> page-table row
@@ -239,7 +284,10 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
         be_.upload(row, m.original);
         be_.upload(p1, &m.delta);
         be_.upload(s1, &m.slot);
+        // The stored row is centered; rope rotates the key itself.
+        if (centered) ops::add(be_, row, offset_pos_[size_t(m.layer)], row);
         ops::rope(be_, row, p1, rope_params(lp, hp_.n_head_kv), row);
+        if (centered) ops::add(be_, row, offset_neg_[size_t(m.layer)], row);
         ops::kv_store(be_, row, cache.k(), s1);
       }
     }
@@ -286,6 +334,8 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       ops::rope(be_, q, t_pos, rope_params(lp, hp_.n_head), q);
       if (hp_.arch->scale_queries) ops::scale(be_, q, hp_.attention_scale, q);
       ops::rope(be_, k, t_pos, rope_params(lp, hp_.n_head_kv), k);
+      if (capture_keys_) be_.download(k.slice_rows(0, 1), capture_keys_->data() + size_t(il) * size_t(k.cols));
+      if (centered) ops::add(be_, k, offset_neg_[size_t(il)], k);
       const kv::KVCache::LayerTables& tab = tables[size_t(il)];
       const Tensor t_pages = backend::make_tensor(*ws.buffer, ws.page_table.offset, DType::i32, n_rows, tab.max_pages);
       const Tensor t_cell_pos = backend::make_tensor(*ws.buffer, ws.cell_pos.offset, DType::i32, n_rows, tab.max_cells);

@@ -62,6 +62,18 @@ class Forward {
 
   static constexpr int64_t kLogitsRowsPerPass = 32;
 
+  // Key offsets of quantized KV caches, [n_layer][n_head_kv * head_dim] f32: caches of
+  // the kv_q* types store every key minus its layer's offset, the key that the BOS token
+  // has at position 0 (all zeros for a model without a BOS token, or with soft-capped
+  // scores). Keys carry large channel means (Gemma 3 270M: one channel of layer 11 has
+  // mean -77 and rms 77; centering removes 20-75 % of a layer's key energy), which set
+  // the range of their INT8/INT4 groups; the BOS key has the same means, so its
+  // difference from a key is small. A query's scores against all cells of a layer then
+  // change by the same q . offset, which softmax ignores: attention is exact up to the
+  // quantization (SageAttention, Zhang et al. 2024, smooths K by its mean the same way).
+  // Computed by one BOS forward on the first call with a quantized cache.
+  const std::vector<float>& key_offsets();
+
   // Checks that every token id is in [0, n_vocab) and every pos/seq >= 0.
   void validate(std::span<const BatchToken> batch) const;
 
@@ -73,6 +85,9 @@ class Forward {
   void ensure_workspace(int64_t n_tokens, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t max_cells,
                         bool scores);
 
+  // Offsets on the backend: -offset and +offset per layer, [1, kv width] each.
+  void ensure_key_offsets();
+
   const HParams& hp_;
   const Weights& w_;
   int64_t n_logits_;  // rows of the output matrix: n_vocab, fewer for a reduced-vocabulary draft
@@ -80,6 +95,10 @@ class Forward {
   int max_batch_;
   std::unique_ptr<Workspace> ws_;
   std::vector<float> host_logits_;
+  std::vector<float> key_offsets_;                 // [n_layer][kv width]; empty until needed
+  std::shared_ptr<backend::Buffer> offset_buffer_;
+  std::vector<Tensor> offset_neg_, offset_pos_;    // per layer, [1, kv width]
+  std::vector<float>* capture_keys_ = nullptr;     // set while the BOS forward runs
 };
 
 }  // namespace ember::model

@@ -123,6 +123,13 @@ HParams HParams::from_gguf(const gguf::File& f) {
                       ? get_count(f, p + "rope.scaling.original_context_length", int64_t(1) << 24)
                       : hp.n_ctx_train;
 
+  // Never an error here (the tokenizer reports a bad id): anything but an id in the
+  // vocabulary leaves -1, and quantized caches then store keys as they are.
+  if (const gguf::Value* bos = f.find("tokenizer.ggml.bos_token_id"); bos && bos->is_integer()) {
+    const int64_t id = bos->as_int("tokenizer.ggml.bos_token_id");
+    hp.bos_token = id >= 0 && id < hp.n_vocab ? int32_t(id) : -1;
+  }
+
   if (hp.arch->moe) {
     hp.n_expert = int(get_count(f, p + "expert_count", 1 << 12));
     hp.n_expert_used = int(get_count(f, p + "expert_used_count", hp.n_expert));

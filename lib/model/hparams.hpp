@@ -44,6 +44,8 @@ struct HParams {
   // {arch}.expert_weights_norm: the chosen experts' probabilities are divided by their
   // sum (default true, as llama.cpp's qwen3moe graph always does; Qwen3's norm_topk_prob).
   bool expert_weights_norm = true;
+  int32_t bos_token = -1;    // tokenizer.ggml.bos_token_id (-1: none or outside the vocabulary); its keys at
+                             // position 0 are the key offsets of quantized KV caches (model/forward.hpp)
   int64_t n_ctx_orig = 0;    // {arch}.rope.scaling.original_context_length (default n_ctx_train): LongRoPE
                              // uses its long factors when a sequence may hold more tokens
   std::vector<LayerParams> layers;

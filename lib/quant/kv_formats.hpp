@@ -54,6 +54,10 @@
 //   x: an outlier in x raises it only by |outlier| * 2 / sqrt(G)); on Gaussian groups the
 //   refits give ~3 % less squared error than one fit per candidate.
 //
+// What is stored: model::Forward writes keys into these formats minus a fixed per-layer
+// offset (the BOS key; model/forward.hpp, key_offsets()), which removes the keys' large
+// channel means before they reach a group's range; the formats themselves do not know.
+//
 // Values must lie within the f16 range (|x| < 65504; for INT4 also |y| <= sqrt(G) max|x|).
 // Groups so small that d falls among the f16 subnormals (max|x| below about 8e-3 for INT8,
 // a range of y below about 1e-3 for INT4) keep an absolute error of about 3e-8 rather than the relative bounds above.
