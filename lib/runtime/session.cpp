@@ -230,7 +230,9 @@ KVSessionMemory Session::kv_memory() const {
 namespace {
 
 constexpr char kStateMagic[8] = {'E', 'M', 'B', 'R', 'S', 'E', 'S', 'S'};
-constexpr uint32_t kStateVersion = 1;
+// 2: INT8/INT4 caches hold keys minus their layer's BOS key (model/forward.hpp);
+// version-1 blobs of F16/F32 caches are the same bytes and still load.
+constexpr uint32_t kStateVersion = 2;
 
 uint64_t fnv1a(std::string_view bytes, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
@@ -306,7 +308,13 @@ void Session::load_state(std::string_view blob) {
     fail(ErrorCode::invalid_argument, "session state: not an ember session blob");
   StateReader r{blob.substr(0, blob.size() - 8), sizeof kStateMagic};
   const auto version = r.get<uint32_t>();
-  if (version != kStateVersion)
+  const bool quantized = s.options.kv.storage == KVStorage::int8 || s.options.kv.storage == KVStorage::int4;
+  if (version == 1 && quantized)
+    fail(ErrorCode::invalid_argument,
+         "session state: version 1 blobs of INT8/INT4 caches hold uncentred keys, which this build (version {}) "
+         "cannot use; save the state again with this build",
+         kStateVersion);
+  if (version != kStateVersion && version != 1)
     fail(ErrorCode::invalid_argument, "session state: version {} is not supported (this build reads {})", version,
          kStateVersion);
   uint64_t checksum;

@@ -1,6 +1,7 @@
 // The KV cache on the real model: paging and sliding windows change no logit,
 // quantized storage stays close to F16 at a fraction of the bytes, eviction keeps
 // memory bounded, forks share their prefix, state blobs restore exactly.
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 
@@ -289,6 +290,22 @@ TEST_CASE("saved state restores to identical logits; bad blobs are typed errors"
     expect_error([&] { b->load_state("hello"); }, ErrorCode::invalid_argument, "not an ember session");
     auto other = model->new_session({.kv = {.max_tokens = 512, .storage = KVStorage::int8}, .threads = 2});
     expect_error([&] { other->load_state(blob); }, ErrorCode::invalid_argument, "other KV-cache options");
+    // A version-1 blob (before keys were centred): F16 caches still load it, INT8/INT4
+    // caches refuse it by name. The version follows the 8-byte magic; the checksum
+    // (FNV-1a of everything before it) is recomputed for the patched blob.
+    std::string v1 = blob;
+    const uint32_t one = 1;
+    std::memcpy(v1.data() + 8, &one, 4);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i + 8 < v1.size(); ++i) h = (h ^ static_cast<unsigned char>(v1[i])) * 1099511628211ull;
+    std::memcpy(v1.data() + v1.size() - 8, &h, 8);
+    if (storage == KVStorage::f16) {
+      auto c = model->new_session(opts);
+      c->load_state(v1);
+      CHECK(size_t(c->position()) == ids.size());
+    } else {
+      expect_error([&] { b->load_state(v1); }, ErrorCode::invalid_argument, "uncentred keys");
+    }
     CHECK(b->position() == a->position());
     b->decode(7);
     a->decode(7);
