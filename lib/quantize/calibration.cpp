@@ -30,12 +30,10 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-// One Hessian being summed: float per sample (a rank-k update over the sample's rows,
-// lower triangle), added to double.
+// One Hessian being summed: the float product of one sample's rows (in a scratch
+// matrix shared by all groups of that width) is added to it in double.
 struct Accumulator {
   std::shared_ptr<Hessian> hessian;
-  RowMajorF sample;   // [cols][cols] float, lower triangle
-  std::vector<float> rows;
 };
 
 // Runs fn(0) .. fn(n - 1), fn(0) on the calling thread; rethrows the first failure.
@@ -99,6 +97,8 @@ Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const Calib
 
   // One accumulator per (layer, first weight name): the group reading one input.
   std::map<std::string, Accumulator> groups;
+  std::map<int64_t, RowMajorF> scratch;   // by width: [cols][cols] float, lower triangle used
+  std::vector<float> rows;                // [n][cols], the input downloaded
   forward.set_matmul_observer([&](int layer, std::span<const std::string_view> names, const backend::Tensor& input) {
     Accumulator& acc = groups[fmt::format("blk.{}.{}", layer, names[0])];
     const int64_t n = input.rows, cols = input.cols;
@@ -106,19 +106,20 @@ Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const Calib
       acc.hessian = std::make_shared<Hessian>();
       acc.hessian->cols = cols;
       acc.hessian->h.assign(size_t(cols * cols), 0.0);
-      acc.sample.resize(cols, cols);
       for (std::string_view name : names) result.hessians[fmt::format("blk.{}.{}.weight", layer, name)] = acc.hessian;
     }
-    acc.rows.resize(size_t(n * cols));
-    be->download(input, acc.rows.data());
-    const Eigen::Map<const RowMajorF> x(acc.rows.data(), n, cols);
+    rows.resize(size_t(n * cols));
+    be->download(input, rows.data());
+    const Eigen::Map<const RowMajorF> x(rows.data(), n, cols);
+    RowMajorF& sample = scratch[cols];
+    if (sample.rows() != cols) sample.resize(cols, cols);
     // Rows [a, b) of the lower triangle (columns [0, b)) per thread, bands of equal area.
     const auto band = [&](int64_t a, int64_t b) {
       if (b <= a) return;
-      acc.sample.block(a, 0, b - a, b).noalias() = x.middleCols(a, b - a).transpose() * x.leftCols(b);
+      sample.block(a, 0, b - a, b).noalias() = x.middleCols(a, b - a).transpose() * x.leftCols(b);
       double* h = acc.hessian->h.data();
       for (int64_t i = a; i < b; ++i)
-        for (int64_t j = 0; j <= i; ++j) h[i * cols + j] += double(acc.sample(i, j));
+        for (int64_t j = 0; j <= i; ++j) h[i * cols + j] += double(sample(i, j));
     };
     const int n_threads = int(std::min<int64_t>(settings.threads, std::max<int64_t>(1, cols / 64)));
     std::vector<int64_t> edges(size_t(n_threads) + 1);
