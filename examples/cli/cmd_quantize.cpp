@@ -1,4 +1,5 @@
-// ember quantize IN OUT --type T [-t THREADS] [--pure]: writes a quantized GGUF with
+// ember quantize IN OUT --type T [-t THREADS] [--pure]
+//                [--method rtn|gptq --calib FILE [--samples N] [--sample-tokens T] [--damp D]]: writes a quantized GGUF with
 // ember::quantize_model, one progress line per tensor on stderr and the report on stdout.
 // llama-quantize's positional form `IN OUT TYPE [THREADS]` is accepted too.
 #include <fmt/format.h>
@@ -26,7 +27,8 @@ std::string shape_of(const std::vector<int64_t>& shape) {
 }  // namespace
 
 int cmd_quantize(const std::vector<std::string>& argv) {
-  const std::vector<std::string> flags = {"--type", "--threads"};
+  const std::vector<std::string> flags = {"--type", "--threads", "--method", "--calib", "--samples", "--sample-tokens",
+                                          "--damp"};
   const std::vector<std::string> switches = {"--pure"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
@@ -34,7 +36,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     const std::string& a = argv[i];
     if (a.size() > 1 && a[0] == '-') {
       named.push_back(a);
-      const bool takes_value = a == "--type" || a == "--threads" || a == "-t" || a == "-ngl" || a == "--n-gpu-layers";
+      const bool takes_value = a == "--type" || a == "--threads" || a == "-t" || a == "-ngl" || a == "--n-gpu-layers" ||
+                               a == "--method" || a == "--calib" || a == "--samples" || a == "--sample-tokens" ||
+                               a == "--damp";
       if (takes_value && i + 1 < argv.size()) named.push_back(argv[++i]);
     } else {
       positional.push_back(a);
@@ -68,18 +72,41 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   } else {
     options.threads = int(args.get_int("--threads", 1, 1, 1024));
   }
+  const std::string method = args.get_or("--method", "rtn");
+  if (method == "gptq") {
+    options.method = QuantMethod::gptq;
+    if (!args.has("--calib")) throw UsageError("--method gptq needs --calib FILE");
+    options.calibration_text = args.get("--calib");
+    options.samples = args.get_int("--samples", 512, 1, 1 << 20);
+    options.sample_tokens = args.get_int("--sample-tokens", 512, 2, 1 << 16);
+    const std::string damp = args.get_or("--damp", "0.01");
+    char* end = nullptr;
+    options.damp = std::strtod(damp.c_str(), &end);
+    if (*end != '\0' || !(options.damp > 0)) throw UsageError(fmt::format("--damp must be > 0, got '{}'", damp));
+    options.on_calibration = [](const CalibrationProgress& p) {
+      std::fprintf(stderr, "\rember quantize: calibration sample %lld/%lld", static_cast<long long>(p.sample),
+                   static_cast<long long>(p.samples));
+      if (p.sample == p.samples) std::fprintf(stderr, "\n");
+    };
+  } else if (method != "rtn") {
+    throw UsageError(fmt::format("unknown method '{}' (rtn, gptq)", method));
+  } else if (args.has("--calib")) {
+    throw UsageError("--calib is used by --method gptq only");
+  }
   const std::string& in = positional[0];
   const std::string& out = positional[1];
   options.on_tensor = [](const QuantizeProgress& p) {
     const QuantizedTensor& t = *p.tensor;
-    std::string what = t.quantized ? fmt::format("{} -> {}{}, rel. error {:.5f}", t.type_in, t.type_out,
-                                                  t.fallback ? " (fallback)" : "", t.relative_error)
+    std::string what = t.quantized ? fmt::format("{} -> {}{}{}, rel. error {:.5f}", t.type_in, t.type_out,
+                                                  t.gptq ? " (gptq)" : "", t.fallback ? " (fallback)" : "",
+                                                  t.relative_error)
                                    : fmt::format("{}, copied", t.type_out);
     std::fprintf(stderr, "[%4zu/%4zu] %-32s %-16s %s, %s -> %s\n", p.index + 1, p.count, t.name.c_str(),
                  shape_of(t.shape).c_str(), what.c_str(), mib(t.bytes_in).c_str(), mib(t.bytes_out).c_str());
   };
-  std::fprintf(stderr, "ember quantize: %s -> %s, %s%s, %d thread%s\n", in.c_str(), out.c_str(), to_string(*recipe),
-               options.pure ? " (pure)" : "", options.threads, options.threads == 1 ? "" : "s");
+  std::fprintf(stderr, "ember quantize: %s -> %s, %s%s%s, %d thread%s\n", in.c_str(), out.c_str(), to_string(*recipe),
+               options.pure ? " (pure)" : "", options.method == QuantMethod::gptq ? ", GPTQ" : "", options.threads,
+               options.threads == 1 ? "" : "s");
   const QuantizeReport report = quantize_model(in, out, options);
   for (const std::string& w : report.warnings) std::fprintf(stderr, "ember quantize: warning: %s\n", w.c_str());
 
@@ -105,6 +132,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               report.tensors.size(), mib(report.bytes_in).c_str(), mib(report.bytes_out).c_str(),
               report.bytes_in ? 100.0 * double(report.bytes_out) / double(report.bytes_in) : 0.0,
               mib(report.file_bytes).c_str(), report.relative_error, report.file_type);
+  if (options.method == QuantMethod::gptq)
+    std::printf("gptq: calibrated on %lld samples, %lld tokens of '%s', damp %g\n",
+                static_cast<long long>(report.calibration_samples), static_cast<long long>(report.calibration_tokens),
+                options.calibration_text.c_str(), options.damp);
   return 0;
 }
 

@@ -28,6 +28,18 @@ enum class QuantRecipe {
 EMBER_API std::optional<QuantRecipe> parse_quant_recipe(std::string_view name);
 EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
 
+// How the quantized values are chosen (`--method`).
+enum class QuantMethod {
+  rtn,    // round to nearest: llama-quantize's bytes
+  gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 grid with calibration Hessians; Q4_0 only
+};
+
+// Calibration progress: called after each sample, from the calling thread.
+struct CalibrationProgress {
+  int64_t sample = 0;             // samples done, 1-based
+  int64_t samples = 0;            // samples in all
+};
+
 // One tensor of the output, as written.
 struct QuantizedTensor {
   std::string name;
@@ -35,6 +47,7 @@ struct QuantizedTensor {
   std::string type_in;            // "F16"
   std::string type_out;           // "Q4_K"; equal to type_in when copied unchanged
   bool quantized = false;         // false: copied (norms, 1-D tensors, already the chosen type)
+  bool gptq = false;              // quantized by GPTQ (else round-to-nearest)
   bool fallback = false;          // rows not a multiple of the chosen type's block: a wider type was used
   uint64_t bytes_in = 0;          // data bytes in the input
   uint64_t bytes_out = 0;         // data bytes in the output
@@ -54,6 +67,15 @@ struct QuantizeOptions {
   int threads = 1;                // worker threads for the rows of each tensor, >= 1 (1: the calling thread only)
   bool pure = false;              // every quantizable tensor in the recipe's base type (llama-quantize --pure)
   std::function<void(const QuantizeProgress&)> on_tensor;   // optional
+  // --method gptq: the recipe must be Q4_0. Every Q4_0 tensor that the calibration saw
+  // (the dense attention and feed-forward projections) is quantized by GPTQ; the others
+  // (e.g. the output matrix's Q6_K/Q8_0, MoE experts) as by rtn.
+  QuantMethod method = QuantMethod::rtn;
+  std::string calibration_text;   // path of a UTF-8 text (gptq: required)
+  int64_t samples = 512;          // calibration windows, >= 1; fewer (with a warning) when the text is short
+  int64_t sample_tokens = 512;    // tokens per window (BOS first), >= 2
+  double damp = 0.01;             // GPTQ damping: lambda = damp * mean(diag H), > 0
+  std::function<void(const CalibrationProgress&)> on_calibration;   // optional
 };
 
 struct QuantizeReport {
@@ -64,6 +86,7 @@ struct QuantizeReport {
   // sqrt(sum ||w - deq(q(w))||^2 / sum ||w||^2) over the quantized tensors.
   double relative_error = 0;
   uint32_t file_type = 0;         // general.file_type written (llama_ftype)
+  int64_t calibration_samples = 0, calibration_tokens = 0;   // gptq: what was run
   // Things the caller should know, e.g. that the input was already quantized.
   std::vector<std::string> warnings;
 };
@@ -75,7 +98,9 @@ struct QuantizeReport {
 // folder and renamed when complete; on any error no output (and no temporary) is left.
 // Throws ember::Error: invalid_argument (threads < 1), io (cannot read / write / rename,
 // disk full), malformed_file (not GGUF, truncated, non-finite weights), unsupported
-// (architecture ember does not know, a tensor type it cannot read, rows no type fits).
+// (architecture ember does not know, a tensor type it cannot read, rows no type fits;
+// gptq with a recipe other than Q4_0). gptq: io for an unreadable calibration text,
+// invalid_argument for one too short for a single sample or bad samples/damp.
 EMBER_API QuantizeReport quantize_model(const std::string& input, const std::string& output,
                                         const QuantizeOptions& options);
 

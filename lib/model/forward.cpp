@@ -20,6 +20,13 @@ namespace ember::model {
 
 using backend::DType;
 
+namespace {
+constexpr std::string_view kQkvNames[] = {"attn_q", "attn_k", "attn_v", "attn_qkv"};
+constexpr std::string_view kOutputNames[] = {"attn_output"};
+constexpr std::string_view kGateUpNames[] = {"ffn_gate", "ffn_up"};
+constexpr std::string_view kDownNames[] = {"ffn_down"};
+}  // namespace
+
 // Activation and index tensors for up to `capacity` tokens; reallocated when a
 // larger chunk or cache arrives.
 struct Forward::Workspace {
@@ -316,6 +323,7 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       // Without pre-norms (olmo2) the projections read the residual stream itself.
       if (!L.attn_norm.empty()) ops::rms_norm(be_, x, L.attn_norm, hp_.rms_eps, h);
       const Tensor& attn_in = L.attn_norm.empty() ? x : h;
+      if (observer_) observer_(il, kQkvNames, attn_in);
       ops::matmul(be_, L.wq, attn_in, q);
       ops::matmul(be_, L.wk, attn_in, k);
       ops::matmul(be_, L.wv, attn_in, v);
@@ -370,6 +378,7 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
       if (h2o) be_.download(t_scores, layer_scores[size_t(il)].data());
 
+      if (observer_) observer_(il, kOutputNames, attn);
       ops::matmul(be_, L.wo, attn, h);
       if (!L.bo.empty()) ops::add(be_, h, L.bo, h);
       if (!L.attn_post_norm.empty()) ops::rms_norm(be_, h, L.attn_post_norm, hp_.rms_eps, h);
@@ -382,9 +391,11 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       if (hp_.arch->moe) {
         moe_ffn(be_, hp_, L, ffn_in, ws.moe, h);
       } else {
+        if (observer_) observer_(il, kGateUpNames, ffn_in);
         ops::matmul(be_, L.w_gate, ffn_in, gate);
         ops::matmul(be_, L.w_up, ffn_in, up);
         ops::glu(be_, gate, up, hp_.arch->ffn_activation, gate);
+        if (observer_) observer_(il, kDownNames, gate);
         ops::matmul(be_, L.w_down, gate, h);
       }
       if (!L.ffn_post_norm.empty()) ops::rms_norm(be_, h, L.ffn_post_norm, hp_.rms_eps, h);

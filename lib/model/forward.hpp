@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -74,6 +75,15 @@ class Forward {
   // Computed by one BOS forward on the first call with a quantized cache.
   const std::vector<float>& key_offsets();
 
+  // Calibration hook (ember quantize --method gptq): called before the projections
+  // of layer `layer` that read `input` ([n_tokens, n_in] f32 on the backend), with
+  // the GGUF name stems of those weights ("attn_q", "attn_k", "attn_v", "attn_qkv";
+  // "attn_output"; "ffn_gate", "ffn_up"; "ffn_down"). Dense layers only (MoE experts
+  // are not reported). Unset, it costs one test per projection group.
+  using MatmulObserver =
+      std::function<void(int layer, std::span<const std::string_view> weights, const backend::Tensor& input)>;
+  void set_matmul_observer(MatmulObserver observer) { observer_ = std::move(observer); }
+
   // Checks that every token id is in [0, n_vocab) and every pos/seq >= 0.
   void validate(std::span<const BatchToken> batch) const;
 
@@ -99,6 +109,7 @@ class Forward {
   std::shared_ptr<backend::Buffer> offset_buffer_;
   std::vector<Tensor> offset_neg_, offset_pos_;    // per layer, [1, kv width]
   std::vector<float>* capture_keys_ = nullptr;     // set while the BOS forward runs
+  MatmulObserver observer_;
 };
 
 }  // namespace ember::model

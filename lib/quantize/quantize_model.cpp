@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 #include <thread>
 
@@ -18,6 +19,8 @@
 #include "gguf/gguf.hpp"
 #include "model/arch.hpp"
 #include "quant/quant.hpp"
+#include "quantize/calibration.hpp"
+#include "quantize/gptq.hpp"
 #include "quantize/type_rules.hpp"
 #include "quantize/weight_quantizers.hpp"
 
@@ -151,6 +154,31 @@ RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, i
   return total;
 }
 
+// All rows of `t` by GPTQ onto Q4_0 with the calibration Hessian `h`.
+RowSums gptq_tensor(const gguf::TensorInfo& t, const quantize::Hessian& h, double damp, std::byte* out) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  const size_t in_row = quant::row_bytes(t.type, cols), out_row = quant::row_bytes(DType::q4_0, cols);
+  std::vector<float> values(static_cast<size_t>(rows * cols)), back(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = values.data() + r * cols;
+    quant::dequantize_row(t.type, t.data + size_t(r) * in_row, row, cols);
+    for (int64_t i = 0; i < cols; ++i)
+      if (!std::isfinite(row[i]))
+        fail(ErrorCode::malformed_file, "quantize: tensor '{}' holds a non-finite value ({}) in row {}", t.name, row[i], r);
+  }
+  quantize::gptq_quantize_q4_0(values.data(), rows, cols, h.h.data(), out, {.damp = damp});
+  RowSums sums;
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::dequantize_row(DType::q4_0, out + size_t(r) * out_row, back.data(), cols);
+    for (int64_t i = 0; i < cols; ++i) {
+      const double w = values[size_t(r * cols + i)], e = w - double(back[size_t(i)]);
+      sums.error2 += e * e;
+      sums.norm2 += w * w;
+    }
+  }
+  return sums;
+}
+
 }  // namespace
 
 std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
@@ -176,8 +204,20 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
   require(!output.empty(), "quantize: the output path is empty");
   const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
+  const bool gptq = options.method == QuantMethod::gptq;
+  if (gptq) {
+    if (options.recipe != QuantRecipe::q4_0)
+      fail(ErrorCode::unsupported, "quantize: --method gptq writes Q4_0 only, not {}", recipe.name);
+    require(!options.calibration_text.empty(), "quantize: --method gptq needs a calibration text (--calib FILE)");
+    require(options.samples >= 1, "quantize: samples is {}, must be at least 1", options.samples);
+    require(options.sample_tokens >= 2, "quantize: sample_tokens is {}, must be at least 2", options.sample_tokens);
+    require(options.damp > 0 && std::isfinite(options.damp), "quantize: damp is {}, must be > 0", options.damp);
+  } else {
+    require(options.method == QuantMethod::rtn, "quantize: unknown method {}", int(options.method));
+  }
 
-  const gguf::File file = gguf::File::open(input);
+  const auto file_ptr = std::make_shared<const gguf::File>(gguf::File::open(input));
+  const gguf::File& file = *file_ptr;
   if (const gguf::Value* split = file.find("split.count"); split && split->is_integer() && split->as_int() > 1)
     fail(ErrorCode::unsupported, "quantize: '{}' is part {} of a model split into {} files; merge it first (llama-gguf-split --merge)",
          input, metadata_int_or(file, "split.no", 0) + 1, split->as_int());
@@ -225,6 +265,21 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
 
   TempFile temp(output);   // fails here, before any work, when the folder cannot be written
 
+  quantize::Calibration calibration;
+  if (gptq) {
+    calibration = quantize::calibrate(
+        file_ptr, {.text_path = options.calibration_text,
+                   .samples = options.samples,
+                   .sample_tokens = options.sample_tokens,
+                   .threads = options.threads,
+                   .on_sample = [&](int64_t done, int64_t total) {
+                     if (options.on_calibration) options.on_calibration({.sample = done, .samples = total});
+                   }});
+    report.calibration_samples = calibration.samples;
+    report.calibration_tokens = calibration.tokens;
+    for (std::string& w : calibration.warnings) report.warnings.push_back(std::move(w));
+  }
+
   gguf::Writer writer(file.alignment());
   for (const gguf::KeyValue& kv : file.metadata())
     if (copied_key(kv.key)) writer.add(kv.key, kv.value);
@@ -248,7 +303,10 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
       q.bytes_out = t.n_bytes;
     } else {
       buffer.assign(quant::row_bytes(plan.type, t.cols()) * size_t(t.rows()), std::byte{0});
-      const RowSums sums = quantize_tensor(t, plan.type, buffer.data(), options.threads);
+      const auto hessian = calibration.hessians.find(t.name);
+      q.gptq = plan.type == DType::q4_0 && hessian != calibration.hessians.end() && hessian->second->cols == t.cols();
+      const RowSums sums = q.gptq ? gptq_tensor(t, *hessian->second, options.damp, buffer.data())
+                                  : quantize_tensor(t, plan.type, buffer.data(), options.threads);
       writer.add_tensor(t.name, plan.type, t.shape, buffer);
       q.bytes_out = buffer.size();
       q.relative_error = sums.norm2 > 0 ? std::sqrt(sums.error2 / sums.norm2) : 0.0;

@@ -313,6 +313,11 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " --type Q4_0 -t 0", "--threads"},
       {"quantize " + in + " " + out + " Q4_0 0", "THREADS must be 1..1024"},
       {"quantize " + in + " " + out + " Q4_0 2 extra", "unexpected argument 'extra'"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method gptq", "--method gptq needs --calib FILE"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method awq --calib x.txt", "unknown method 'awq'"},
+      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt", "--calib is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --samples 0", "--samples"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --damp -1", "--damp must be > 0"},
   };
   for (const auto& [args, message] : usage_errors) {
     INFO("ember " << args);
@@ -331,6 +336,14 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
   CHECK(unwritable.code == 1);
   CHECK_THAT(unwritable.out, Catch::Matchers::Contains("error (io)"));
   CHECK_THAT(unwritable.out, Catch::Matchers::Contains("cannot create a file in '/nonexistent/dir'"));
+  const Run gptq_type = run_cli("quantize " + in + " " + out + " --type Q4_K_M --method gptq --calib /etc/hostname");
+  CHECK(gptq_type.code == 1);
+  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("error (unsupported)"));
+  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("Q4_0 only, not Q4_K_M"));
+  const Run no_text = run_cli("quantize " + in + " " + out + " --type Q4_0 --method gptq --calib /nonexistent/calib.txt");
+  CHECK(no_text.code == 1);
+  CHECK_THAT(no_text.out, Catch::Matchers::Contains("error (io)"));
+  CHECK_THAT(no_text.out, Catch::Matchers::Contains("/nonexistent/calib.txt"));
   CHECK_FALSE(std::filesystem::exists(out));
 
   // llama-quantize's positional order; a progress line per tensor and the report.
