@@ -206,30 +206,33 @@ TEST_CASE("the adaptive policy estimates acceptance per draft and pauses only wh
   p.after_verify(6, 1, 0.005, 0.016);
   CHECK(p.next_k() == 6);
   CHECK_FALSE(p.paused());
+  // Rejected drafts until the policy pauses (at most 20 steps); the steps it took.
+  const auto reject_until_paused = [&](double draft_seconds) {
+    int steps = 0;
+    while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, draft_seconds, 0.016);
+    return steps;
+  };
+  // A pause of `tokens` plain steps, then a probe from draft_min.
+  const auto expect_pause_of = [&](int tokens) {
+    for (int i = 0; i < tokens; ++i) {
+      CHECK(p.next_k() == 0);
+      p.after_plain(0.010);
+    }
+    CHECK(p.next_k() == o.draft_min);
+  };
   // Drafts that are always rejected at a cost above a plain step's: shorter k, then a
   // pause of probe_interval plain tokens, then a probe from draft_min.
-  int steps = 0;
-  while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, 0.004, 0.016);
+  const int steps = reject_until_paused(0.004);
   REQUIRE(p.paused());
   CHECK(steps < 20);
-  for (int i = 0; i < 5; ++i) {
-    CHECK(p.next_k() == 0);
-    p.after_plain(0.010);
-  }
-  CHECK(p.next_k() == o.draft_min);
+  expect_pause_of(5);
   // The probe fails too: the next pause is twice as long.
-  steps = 0;
-  while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, 0.004, 0.016);
+  reject_until_paused(0.004);
   REQUIRE(p.paused());
-  for (int i = 0; i < 10; ++i) {
-    CHECK(p.next_k() == 0);
-    p.after_plain(0.010);
-  }
-  CHECK(p.next_k() == o.draft_min);
+  expect_pause_of(10);
   // A free source scored while paused (prompt lookup): misses keep the pause, four
   // hits in a row end it at the next plain step, long before its 20 tokens.
-  steps = 0;
-  while (!p.paused() && steps++ < 20) p.after_verify(p.next_k(), 0, 0.0, 0.016);
+  reject_until_paused(0.0);
   REQUIRE(p.paused());
   for (int i = 0; i < 3; ++i) {
     p.after_shadow(false);
