@@ -7,10 +7,10 @@
 //       activation rows: 2048x2048 (attn_q, attn_output of a 1B llama) and
 //       2048x5632 (ffn_gate, ffn_up); N = 1 (decode), 16 and 128 (prefill); T = 1
 //       and 2; every weight format at every ISA level this CPU runs
-//   matmul_order/<type>/<isa>/<in>x<out>/tokens:1/<order>/threads:T
-//       decode of the 32-value formats in the default order and in the batch-invariant
-//       one (SumOrder::batch_invariant, speculative generation) at the best level, at
-//       Gemma 3 270M's shapes: 640x262144 (the tied output matrix), 640x2048 (ffn_gate,
+//   matmul_order/<type>/<isa>/<in>x<out>/tokens:N/<order>/threads:T
+//       the 32-value formats in the default order and in the batch-invariant one
+//       (SumOrder::batch_invariant, speculative generation) at the best level: decode
+//       (N = 1) and a verification step of 8 drafts (N = 9), at Gemma 3 270M's shapes: 640x262144 (the tied output matrix), 640x2048 (ffn_gate,
 //       ffn_up), 2048x640 (ffn_down), 640x1024 (attn_q)
 //   attention/<cache type>/ctx:C/tokens:N/threads:T
 //       cpu::attention of N query tokens at the end of C cached tokens (32 query heads,
@@ -262,18 +262,20 @@ void register_all() {
   constexpr Shape kGemmaShapes[] = {{640, 262144}, {640, 2048}, {2048, 640}, {640, 1024}};
   for (DType type : {DType::q8_0, DType::q5_0, DType::q4_0}) {
     for (const Shape shape : kGemmaShapes) {
-      for (const bool invariant : {false, true}) {
-        const std::string name = "matmul_order/" + std::string(ember::quant::type_name(type)) + "/" +
-                                 std::string(ember::cpu::isa_name(ember::cpu::best_isa())) + "/" +
-                                 std::to_string(shape.in) + "x" + std::to_string(shape.out) + "/tokens:1/" +
-                                 (invariant ? "invariant" : "default");
-        benchmark::RegisterBenchmark(name.c_str(), bench_matmul, type, ember::cpu::best_isa(), shape, int64_t(1),
-                                     invariant)
-            ->Arg(1)
-            ->Arg(2)
-            ->ArgName("threads")
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+      for (const int64_t n_tok : {1, 9}) {
+        for (const bool invariant : {false, true}) {
+          const std::string name = "matmul_order/" + std::string(ember::quant::type_name(type)) + "/" +
+                                   std::string(ember::cpu::isa_name(ember::cpu::best_isa())) + "/" +
+                                   std::to_string(shape.in) + "x" + std::to_string(shape.out) + "/tokens:" +
+                                   std::to_string(n_tok) + "/" + (invariant ? "invariant" : "default");
+          benchmark::RegisterBenchmark(name.c_str(), bench_matmul, type, ember::cpu::best_isa(), shape, n_tok,
+                                       invariant)
+              ->Arg(1)
+              ->Arg(2)
+              ->ArgName("threads")
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
       }
     }
   }
