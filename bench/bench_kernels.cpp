@@ -7,6 +7,11 @@
 //       activation rows: 2048x2048 (attn_q, attn_output of a 1B llama) and
 //       2048x5632 (ffn_gate, ffn_up); N = 1 (decode), 16 and 128 (prefill); T = 1
 //       and 2; every weight format at every ISA level this CPU runs
+//   matmul_order/<type>/<isa>/<in>x<out>/tokens:N/<order>/threads:T
+//       the 32-value formats in the default order and in the batch-invariant one
+//       (SumOrder::batch_invariant, speculative generation) at the best level: decode
+//       (N = 1) and a verification step of 8 drafts (N = 9), at Gemma 3 270M's shapes: 640x262144 (the tied output matrix), 640x2048 (ffn_gate,
+//       ffn_up), 2048x640 (ffn_down), 640x1024 (attn_q)
 //   attention/<cache type>/ctx:C/tokens:N/threads:T
 //       cpu::attention of N query tokens at the end of C cached tokens (32 query heads,
 //       4 KV heads of 64 values, pages of 16 tokens: TinyLlama's shape), at the best
@@ -137,7 +142,8 @@ void bench_mem_read(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
 }
 
-void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int64_t n_tok) {
+void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int64_t n_tok,
+                  bool batch_invariant) {
   const int threads = int(state.range(0));
   Matrices& m = matrices(type, shape);
   const HostTensor x = random_f32(n_tok, shape.in, 7);
@@ -146,6 +152,7 @@ void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int
   ember::cpu::ThreadPool pool(threads);
   std::vector<std::byte> scratch;
   ember::cpu::OpContext ctx{pool, isa, scratch, {}};
+  ctx.batch_invariant = batch_invariant;
   size_t which = 0;
   for (auto _ : state) {
     ember::cpu::matmul(ctx, m.tensors[which], x.tensor, out);
@@ -234,18 +241,39 @@ void register_all() {
         const std::string name = "matmul/" + std::string(ember::quant::type_name(type)) + "/" +
                                  std::string(ember::cpu::isa_name(isa)) + "/" + std::to_string(shape.in) + "x" +
                                  std::to_string(shape.out) + "/tokens:";
-        benchmark::RegisterBenchmark((name + "1").c_str(), bench_matmul, type, isa, shape, int64_t(1))
+        benchmark::RegisterBenchmark((name + "1").c_str(), bench_matmul, type, isa, shape, int64_t(1), false)
             ->Arg(1)
             ->Arg(2)
             ->ArgName("threads")
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
         for (const int64_t n_tok : kPrefillTokens) {
-          benchmark::RegisterBenchmark((name + std::to_string(n_tok)).c_str(), bench_matmul, type, isa, shape, n_tok)
+          benchmark::RegisterBenchmark((name + std::to_string(n_tok)).c_str(), bench_matmul, type, isa, shape, n_tok,
+                                       false)
               ->Arg(1)
               ->Arg(2)
               ->ArgName("threads")
               ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+  constexpr Shape kGemmaShapes[] = {{640, 262144}, {640, 2048}, {2048, 640}, {640, 1024}};
+  for (DType type : {DType::q8_0, DType::q5_0, DType::q4_0}) {
+    for (const Shape shape : kGemmaShapes) {
+      for (const int64_t n_tok : {1, 9}) {
+        for (const bool invariant : {false, true}) {
+          const std::string name = "matmul_order/" + std::string(ember::quant::type_name(type)) + "/" +
+                                   std::string(ember::cpu::isa_name(ember::cpu::best_isa())) + "/" +
+                                   std::to_string(shape.in) + "x" + std::to_string(shape.out) + "/tokens:" +
+                                   std::to_string(n_tok) + "/" + (invariant ? "invariant" : "default");
+          benchmark::RegisterBenchmark(name.c_str(), bench_matmul, type, ember::cpu::best_isa(), shape, n_tok,
+                                       invariant)
+              ->Arg(1)
+              ->Arg(2)
+              ->ArgName("threads")
+              ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
         }
       }

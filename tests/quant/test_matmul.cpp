@@ -232,3 +232,49 @@ TEST_CASE("batch-invariant matmul gives every token the bits it gets alone", "[m
     }
   }
 }
+
+// The one-token kernels of the batch-invariant order (AVX-512 rows16_one: contiguous
+// loads, a different integer grouping) must give the bits of the multi-token ones
+// (rows16) for every block count (odd ones end in a lone block), whole 16-row groups and
+// tails, and weights at the extremes of their codes.
+TEST_CASE("batch-invariant one-token sums of the 32-value formats equal the batch's", "[matmul][invariant]") {
+  ThreadPool pool(2);
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : {DType::q4_0, DType::q5_0, DType::q8_0}) {
+      for (const int64_t n_in : {32, 64, 96, 608, 640, 2080}) {
+        for (const int64_t n_out : {16, 45, 83}) {
+          INFO(ember::cpu::isa_name(isa) << " " << quant::type_name(type) << " [" << n_out << ", " << n_in << "]");
+          OwnedTensor w = random_weights(type, n_out, n_in, uint32_t(n_in + n_out));
+          if (n_out == 45) {
+            // Rows of one large value among small ones: codes at the ends of their range.
+            std::vector<float> v(size_t(n_in), 0.001f);
+            for (int64_t r = 0; r < n_out; r += 3) {
+              v[size_t(r % n_in)] = r % 2 ? -1.0f : 1.0f;
+              quant::quantize_row(type, v.data(), w.tensor.row_ptr(r), n_in);
+              v[size_t(r % n_in)] = 0.001f;
+            }
+          }
+          constexpr int64_t n_tok = 9;
+          OwnedTensor x(DType::f32, n_tok, n_in);
+          const auto xv = test::random_values(n_tok * n_in, uint32_t(n_in));
+          std::memcpy(x.tensor.row_ptr(0), xv.data(), xv.size() * 4);
+          std::vector<std::byte> scratch;
+          OpContext ctx{pool, isa, scratch, {}};
+          ctx.batch_invariant = true;
+          OwnedTensor all(DType::f32, n_tok, n_out);
+          ember::cpu::matmul(ctx, w.tensor, x.tensor, all.tensor);
+          int64_t bad = 0;
+          for (int64_t t = 0; t < n_tok; ++t) {
+            OwnedTensor one(DType::f32, 1, n_out);
+            ember::cpu::matmul(ctx, w.tensor, x.tensor.slice_rows(t, 1), one.tensor);
+            for (int64_t o = 0; o < n_out; ++o)
+              if (std::memcmp(one.tensor.row_ptr<float>(0) + o, all.tensor.row_ptr<float>(t) + o, 4) != 0 && bad++ < 3)
+                FAIL_CHECK("token " << t << " row " << o << ": alone " << one.tensor.row_ptr<float>(0)[o]
+                                    << ", in the batch " << all.tensor.row_ptr<float>(t)[o]);
+          }
+          CHECK(bad == 0);
+        }
+      }
+    }
+  }
+}

@@ -34,6 +34,14 @@ struct Q4_0Rows16 {
   }
 };
 
+// One token (rows16_one): two blocks of a row per register in split order.
+struct Q4_0One {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_0);
+  static constexpr bool kSplit = true;
+  static __m256i one(const std::byte* b) { return nibbles_32(b + 2); }
+  static __m512i pair(const std::byte* b) { return nibbles_split(b + 2, b + kBlockBytes + 2); }
+};
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q4_0::kBlockBytes)
@@ -44,7 +52,7 @@ constexpr int kTileW = 16, kTileX = 4;  // 16: chunks of whole rows16 groups
 
 // Batches of more than kTileX tokens take rows16 (packed rows: Q8_0 blocks and their
 // sums); fewer take register tiles of the per-token step. Batch-invariant: rows16 always.
-constexpr WeightKernels::Packed kRows16 = rows16_invariant<Q4_0Rows16, dot_tile<Step, 4, 4>>();
+constexpr WeightKernels::Packed kRows16 = rows16_invariant<Q4_0Rows16, Q4_0One, dot_tile<Step, 4, 4>>();
 constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pack, kRows16.dot_tile, kRows16.tile_w,
                                                   kRows16.tile_x, false};
 

@@ -52,6 +52,24 @@ struct Q5_0Rows16 {
   }
 };
 
+// One token (rows16_one): two blocks of a row per register in value order, the qs
+// bytes of each twice (low nibbles, then the high ones), the 64 fifth bits as one mask.
+struct Q5_0One {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ5_0);
+  static constexpr bool kSplit = false;
+  static __m256i one(const std::byte* b) { return add_high_bits(nibbles_32(b + 6), load_u32(b + 2)); }
+  static __m512i pair(const std::byte* b) {
+    const std::byte* c = b + kBlockBytes;
+    const __m256i qs =
+        _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(c + 6), reinterpret_cast<const __m128i*>(b + 6));
+    const __m512i twice = _mm512_shuffle_i64x2(_mm512_castsi256_si512(qs), _mm512_castsi256_si512(qs), 0x50);
+    const __m512i codes =
+        _mm512_and_si512(_mm512_mask_srli_epi16(twice, 0xff00ff00u, twice, 4), _mm512_set1_epi8(0x0f));
+    const __mmask64 high = _cvtu64_mask64(uint64_t(load_u32(b + 2)) | uint64_t(load_u32(c + 2)) << 32);
+    return _mm512_mask_add_epi8(codes, high, codes, _mm512_set1_epi8(0x10));
+  }
+};
+
 // 16: chunks of whole rows16 groups, so that the same rows take rows16 whatever the token count.
 constexpr int kLanesW = 16, kLanesX = 8;
 
@@ -59,6 +77,6 @@ constexpr int kLanesW = 16, kLanesX = 8;
 
 extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
                                     dot_tile_lanes32<Q5_0Lanes>, dequantize, kLanesW, kLanesX, {}, nullptr,
-                                    rows16_invariant<Q5_0Rows16, dot_tile_lanes32<Q5_0Lanes>>()};
+                                    rows16_invariant<Q5_0Rows16, Q5_0One, dot_tile_lanes32<Q5_0Lanes>>()};
 
 }  // namespace ember::cpu::avx512
