@@ -275,8 +275,7 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : {DType::q8_0, DType::q5_0, DType::q4_k, DType::q6_k}) {
       const auto& k = ember::cpu::weight_kernels(isa, type);
-      // Only the plain AVX2 level's Q8_0 has a packed path (int16 codes, same order).
-      CHECK((k.packed.dot_tile != nullptr) == (isa == Isa::avx2 && type == DType::q8_0));
+      CHECK(k.packed.dot_tile == nullptr);
       CHECK((k.dot_tile_grouped != nullptr) == (type == DType::q4_k));
       const bool k_format = quant::type_info(type).block_elems == 256;
       const std::vector<int64_t> lengths = k_format ? std::vector<int64_t>{256, 768, 2048, 32768 + 256}
@@ -310,18 +309,13 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
           for (int t = 0; t < n_x; ++t)
             for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, grouped);
         }
-        // The packed path, for every token count up to n_x (whole and partial register
-        // tiles of tokens, one and more passes of 32).
-        if (k.packed.dot_tile) {
-          const size_t p_row = k.packed.row_bytes(n) + 8;  // rows not 64-byte aligned
-          std::vector<std::byte> p(p_row * n_x + 8);
-          for (int t = 0; t < n_x; ++t) k.packed.pack(a.data() + t * a_row, p.data() + 8 + t * p_row, n);
-          for (int nx : {2, 5, 8, 13, n_x}) {
-            std::fill(out.begin(), out.end(), 0.0f);
-            k.packed.dot_tile(w.data(), w_row, n_w, p.data() + 8, p_row, nx, out.data(), out_stride, n);
-            for (int t = 0; t < nx; ++t)
-              for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, false);
-          }
+        // Other token counts: the batch kernels' thresholds (AVX2 Q8_0: rows8_lanes
+        // below 8 tokens, int16 codes from 8 on) and partial passes.
+        for (int nx : {2, 7, 8, 13}) {
+          std::fill(out.begin(), out.end(), 0.0f);
+          k.dot_tile(w.data(), w_row, n_w, a.data(), a_row, nx, out.data(), out_stride, n);
+          for (int t = 0; t < nx; ++t)
+            for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, false);
         }
         CHECK(mismatches == 0);
       }

@@ -19,41 +19,40 @@
 // block's d_w * d_a one multiply per 8 rows (as rows8_lanes) shared by the 8 lanes.
 // Per block and token: 33 instructions on the multiplying ports for 8 rows x 32 values.
 //
-// Packed activation row of n values (nb = n / 32 blocks), offsets of i16_layout():
-//   [0, nb * 34)    the Q8_0 row itself (the rows after the last whole group of 8
-//                   use the plain kernel on it)
-//   scales          nb floats, d_a of each block
+// Activations: the Q8_0 rows of the call are widened once per call into a buffer per
+// thread that every group of rows reuses (an op-wide packed copy, twice the size of
+// the Q8_0 rows, would be read again from memory for every chunk of weight rows:
+// measured 1.06x instead of 1.13x at 512 tokens). Per token, offsets of i16_layout():
+//   scales          nb floats, d_a of each block (nb = n / 32)
 //   pairs           [block][m = 0..7][2] int32: (a[4m], a[4m + 2]) and
 //                   (a[4m + 1], a[4m + 3]) of the block as two int16 each
 #pragma once
 
-#include "cpu/kernels/avx2/rows8.hpp"
+#include <vector>
+
+#include "cpu/kernels/avx2/rows8_lanes.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Measured (bench_kernels, docs/performance.md's machine): chunks of 16 blocks beat 32
-// and 64 by 2-5 %; 64 tokens per call beat 32 (the widening is shared by more tokens)
-// and equal 128. An earlier form with 8 tokens x one lane per register tile and a
-// table of d_w * d_a was 3 % slower.
+// and 64 by 2-5 %. An earlier form with 8 tokens x one lane per register tile and a
+// table of d_w * d_a was 3 % slower. matmul passes 32 tokens per call.
 constexpr int kI16Chunk = 16;  // blocks whose widened codes (8 KiB) are kept at a time
 constexpr int kI16Call = 64;   // tokens per pass over a chunk (float lanes on the stack)
 
 struct I16Layout {
-  size_t scales, pairs, bytes;
+  size_t pairs, bytes;
 };
 
 inline I16Layout i16_layout(int64_t n) {
   const size_t nb = size_t(n / quant::kQK);
   const auto up = [](size_t v, size_t m) { return (v + m - 1) / m * m; };
   I16Layout l;
-  l.scales = up(nb * sizeof(quant::BlockQ8_0), 32);
-  l.pairs = up(l.scales + nb * sizeof(float), 32);
+  l.pairs = up(nb * sizeof(float), 64);
   l.bytes = up(l.pairs + nb * 64, 64);
   return l;
 }
-
-inline size_t i16_row_bytes(int64_t n) { return i16_layout(n).bytes; }
 
 // Even and odd int16 halves of 32 signed bytes: dword m of `even` holds bytes 4m and
 // 4m + 2, of `odd` bytes 4m + 1 and 4m + 3, sign-extended.
@@ -62,15 +61,11 @@ inline void widen_pairs(__m256i q, __m256i& even, __m256i& odd) {
   odd = _mm256_srai_epi16(q, 8);
 }
 
-// WeightKernels::Packed::pack: a Q8_0 row into the layout above.
-inline void pack_i16(const void* activations, void* packed, int64_t n) {
-  const auto* a = static_cast<const std::byte*>(activations);
-  auto* p = static_cast<std::byte*>(packed);
+// One Q8_0 row of n values into the layout above at `dst`.
+inline void widen_act_row(const std::byte* a, std::byte* dst, int64_t n) {
   const int64_t nb = n / quant::kQK;
-  const I16Layout l = i16_layout(n);
-  std::memcpy(p, a, size_t(nb) * sizeof(quant::BlockQ8_0));
-  auto* scales = reinterpret_cast<float*>(p + l.scales);
-  std::byte* pairs = p + l.pairs;
+  auto* scales = reinterpret_cast<float*>(dst);
+  std::byte* pairs = dst + i16_layout(n).pairs;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* block = a + size_t(b) * sizeof(quant::BlockQ8_0);
     scales[b] = half_at(block);
@@ -78,9 +73,9 @@ inline void pack_i16(const void* activations, void* packed, int64_t n) {
     widen_pairs(load256(block + 2), even, odd);
     // lo: (e0 o0 e1 o1 | e4 o4 e5 o5), hi: (e2 o2 e3 o3 | e6 o6 e7 o7): lanes m = 0..3, then 4..7.
     const __m256i lo = _mm256_unpacklo_epi32(even, odd), hi = _mm256_unpackhi_epi32(even, odd);
-    auto* dst = reinterpret_cast<__m256i*>(pairs + size_t(b) * 64);
-    _mm256_storeu_si256(dst, _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+    auto* block_pairs = reinterpret_cast<__m256i*>(pairs + size_t(b) * 64);
+    _mm256_store_si256(block_pairs, _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_store_si256(block_pairs + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
   }
 }
 
@@ -149,7 +144,7 @@ inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* p
         for (int r = t * 8 / nc; r < (t + 1) * 8 / nc; ++r)
           for (size_t o = 0; o < ahead; o += 64) __builtin_prefetch(next + size_t(r) * w_row_bytes + o);
         const std::byte* row = packed + size_t(c0 + t) * p_row_bytes;
-        i16_token(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row + l.scales) + b0, nbc,
+        i16_token(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row) + b0, nbc,
                   b0 == 0, lanes[t]);
       }
     }
@@ -157,15 +152,28 @@ inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* p
   }
 }
 
-// WeightKernels::Packed::dot_tile: whole groups of 8 rows above, the rest with `Other`
-// (a plain dot_tile) on the Q8_0 rows at the start of the packed ones.
-template <DotTileFn Other>
-void dot_tile_i16(const void* weights, size_t w_row_bytes, int n_w, const void* packed, size_t p_row_bytes, int n_x,
-                  float* out, size_t out_stride, int64_t n) {
-  const auto* p = static_cast<const std::byte*>(packed);
-  over_row_groups<Other>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride, n,
+// Fewer tokens than this use rows8_lanes: the widening of the weights, once per call,
+// is then shared by too few tokens.
+constexpr int kI16MinTokens = 8;
+
+// WeightKernels::dot_tile: one token with `Other` (rows_whole), small batches with
+// rows8_lanes, larger ones with whole groups of 8 rows above and `Other` for the rest.
+template <class C, DotTileFn Other>
+void dot_tile_i16(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
+                  int n_x, float* out, size_t out_stride, int64_t n) {
+  if (n_x < kI16MinTokens || n_w < kRows8) {
+    dot_tile_rows8_lanes<C, Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n);
+    return;
+  }
+  const auto* a = static_cast<const std::byte*>(activations);
+  const size_t row_bytes = i16_layout(n).bytes;
+  thread_local std::vector<std::byte> buffer;
+  if (buffer.size() < size_t(n_x) * row_bytes + 64) buffer.resize(size_t(n_x) * row_bytes + 64);
+  std::byte* base = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  for (int t = 0; t < n_x; ++t) widen_act_row(a + size_t(t) * a_row_bytes, base + size_t(t) * row_bytes, n);
+  over_row_groups<Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
                          [&](const std::byte* w, float* o) {
-                           rows8_i16(w, w_row_bytes, p, p_row_bytes, n_x, o, out_stride, n);
+                           rows8_i16(w, w_row_bytes, base, row_bytes, n_x, o, out_stride, n);
                          });
 }
 
