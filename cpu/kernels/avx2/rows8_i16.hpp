@@ -1,4 +1,4 @@
-// The packed prefill path of Q8_0 at the plain AVX2 level (no VNNI): int16 codes and
+// Q8_0 batches (8 and more tokens) at the plain AVX2 level (no VNNI): int16 codes and
 // vpmaddwd, in llama.cpp's eight-lane order (lib/quant/lanes.hpp).
 //
 // The order gives every (row, token) eight float lanes; lane m of block b takes the
@@ -22,7 +22,8 @@
 // Activations: the Q8_0 rows of the call are widened once per call into a buffer per
 // thread that every group of rows reuses (an op-wide packed copy, twice the size of
 // the Q8_0 rows, would be read again from memory for every chunk of weight rows:
-// measured 1.06x instead of 1.13x at 512 tokens). Per token, offsets of i16_layout():
+// 1.04-1.06x the old kernel at 512 tokens instead of 1.06-1.10x). Per token, offsets
+// of i16_layout():
 //   scales          nb floats, d_a of each block (nb = n / 32)
 //   pairs           [block][m = 0..7][2] int32: (a[4m], a[4m + 2]) and
 //                   (a[4m + 1], a[4m + 3]) of the block as two int16 each
@@ -120,8 +121,9 @@ inline void i16_token(const I16Chunk& c, const std::byte* pairs, const float* sc
   for (int m = 0; m < 8; ++m) _mm256_store_ps(lanes[m], acc[m]);
 }
 
-// One group of 8 rows (w) against n_x packed tokens, results at out[t * out_stride + r].
-inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* packed, size_t p_row_bytes, int n_x,
+// One group of 8 rows (w) against n_x widened tokens (rows of `act`, i16_layout), results
+// at out[t * out_stride + r].
+inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* act, size_t act_row_bytes, int n_x,
                       float* out, size_t out_stride, int64_t n) {
   const int64_t nb = n / quant::kQK;
   const I16Layout l = i16_layout(n);
@@ -143,7 +145,7 @@ inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* p
       for (int t = 0; t < nc; ++t) {
         for (int r = t * 8 / nc; r < (t + 1) * 8 / nc; ++r)
           for (size_t o = 0; o < ahead; o += 64) __builtin_prefetch(next + size_t(r) * w_row_bytes + o);
-        const std::byte* row = packed + size_t(c0 + t) * p_row_bytes;
+        const std::byte* row = act + size_t(c0 + t) * act_row_bytes;
         i16_token(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row) + b0, nbc,
                   b0 == 0, lanes[t]);
       }
