@@ -44,9 +44,8 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kTileW = 4, kTileX = 4;
 constexpr DotTileFn kLanes = dot_tile_lanes<Step, kTileW, kTileX>;
 
-// Batches at the plain level: int16 codes (rows8_i16.hpp); the avx2vnni level keeps
-// rows8_lanes, whose vpdpbusd is one instruction per lane.
-constexpr DotTileFn kBatches = kVnni ? dot_tile_rows8_lanes<Q8_0Rows8, kLanes> : dot_tile_i16<Q8_0Rows8, kLanes>;
+// Batches: rows8_i16.hpp (int16 codes; on the avx2vnni level vpdpbusd on the codes + 128).
+constexpr DotTileFn kBatches = dot_tile_i16<Q8_0Rows8, kLanes>;
 
 }  // namespace
 
