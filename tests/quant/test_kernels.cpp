@@ -309,6 +309,14 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
           for (int t = 0; t < n_x; ++t)
             for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, grouped);
         }
+        // Other token counts: the batch kernels' thresholds (AVX2 Q8_0: rows8_lanes
+        // below 8 tokens, int16 codes from 8 on) and partial passes.
+        for (int nx : {2, 7, 8, 13}) {
+          std::fill(out.begin(), out.end(), 0.0f);
+          k.dot_tile(w.data(), w_row, n_w, a.data(), a_row, nx, out.data(), out_stride, n);
+          for (int t = 0; t < nx; ++t)
+            for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, false);
+        }
         CHECK(mismatches == 0);
       }
     }

@@ -1,6 +1,6 @@
 // AVX2 kernels of Q8_0 weights (x = d * q, signed q) with Q8_0 activations.
 #include "cpu/kernels/avx2/blocks32.hpp"
-#include "cpu/kernels/avx2/rows8_lanes.hpp"
+#include "cpu/kernels/avx2/rows8_i16.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -44,9 +44,12 @@ void dequantize(const void* src, float* dst, int64_t n) {
 constexpr int kTileW = 4, kTileX = 4;
 constexpr DotTileFn kLanes = dot_tile_lanes<Step, kTileW, kTileX>;
 
+// Batches: rows8_i16.hpp (int16 codes; on the avx2vnni level vpdpbusd on the codes + 128).
+constexpr DotTileFn kBatches = dot_tile_i16<Q8_0Rows8, kLanes>;
+
 }  // namespace
 
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile_rows8_lanes<Q8_0Rows8, kLanes>, dequantize, kRows8, kTileX, {}};
+                                    kBatches, dequantize, kRows8, kTileX, {}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS
