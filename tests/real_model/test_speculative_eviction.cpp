@@ -80,3 +80,41 @@ TEST_CASE("speculative generation under H2O eviction equals plain generation", "
   // 48 heavy hitters + 48 recent tokens: every step after the first 56 evicts by score.
   check_policy(model, {.max_tokens = 1024, .eviction = KVEviction::h2o, .heavy = 48, .recent = 48}, 300);
 }
+
+TEST_CASE("speculative requests under eviction in the Engine give the tokens of plain requests", "[speculative][kv]") {
+  auto model = test::gemma();
+  // Batches mix verification steps (placed token by token) with other requests' steps.
+  const std::vector<std::string> prompts = {kCode, "Once upon a time, in a small village,", kCode + "    if b == 0:\n"};
+  for (const KVCacheOptions& kv :
+       {KVCacheOptions{.max_tokens = 1024, .eviction = KVEviction::streaming, .sinks = 4, .window = 60},
+        KVCacheOptions{.max_tokens = 1024, .storage = KVStorage::int8, .eviction = KVEviction::h2o, .heavy = 32,
+                       .recent = 32}}) {
+    INFO("eviction " << int(kv.eviction));
+    auto run_all = [&](const SpeculativeOptions& spec) {
+      auto engine = Engine::create(model, {.kv = kv});
+      std::vector<RequestHandle> handles;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        Request r;
+        r.prompt = prompts[i];
+        r.sampler = i % 2 == 0 ? Sampler::greedy().options() : SamplerOptions{.temperature = 0.8f, .seed = 40 + i};
+        r.generate.max_tokens = 160;
+        r.generate.stop_at_end_of_generation = false;
+        r.generate.speculative = spec;
+        handles.push_back(engine->submit(r));
+      }
+      while (engine->pending() > 0) engine->step();
+      std::vector<std::vector<int32_t>> out;
+      for (const RequestHandle h : handles) {
+        const RequestResult r = engine->result(h);
+        REQUIRE(r.state == RequestState::finished);
+        out.push_back(r.tokens);
+      }
+      return std::make_pair(out, engine->metrics());
+    };
+    const auto [plain, plain_metrics] = run_all({});
+    const auto [spec, metrics] = run_all({.kind = DraftKind::lookup, .draft_max = 8, .adaptive = false});
+    CHECK(spec == plain);
+    CHECK(metrics.accepted_tokens > 0);
+    CHECK(metrics.accepted_tokens < metrics.draft_tokens);
+  }
+}
