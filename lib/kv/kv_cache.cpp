@@ -245,7 +245,8 @@ void KVCache::compact(Layer& l) {
     l.pages.pop_back();
   }
   // The next appends rewrite the rows cut from the last page's tail, which a snapshot
-  // (or a fork) may still hold: that page must be this layer's own first.
+  // may still hold (an append copies only pages shared beyond the snapshots): that
+  // page must be this layer's own first.
   if (keep % size_t(page_tokens()) != 0 && keep < old_cells) make_writable(l, l.pages.size() - 1);
 }
 
