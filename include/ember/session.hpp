@@ -85,9 +85,9 @@ struct GenerateOptions {
   bool logprobs = false;
   // Speculative decoding (ember/speculative.hpp). Default off. With it the session
   // sums in the batch-invariant order (as SessionOptions::batch_invariant), so its
-  // tokens equal plain generation on a session with batch_invariant = true. A
-  // session with KV eviction (StreamingLLM, H2O) generates plainly: eviction cannot
-  // be rolled back exactly after rejected drafts.
+  // tokens equal plain generation on a session with batch_invariant = true, also
+  // under KV eviction (StreamingLLM, H2O), whose verification steps evict token by
+  // token as plain steps do and cut rejected drafts exactly (docs/speculative.md).
   SpeculativeOptions speculative;
 };
 

@@ -237,12 +237,17 @@ void KVCache::compact(Layer& l) {
   // Everything from the first hole on is empty now.
   auto keep = size_t(0);
   while (keep < l.pos.size() && l.pos[keep] >= 0) ++keep;
+  const size_t old_cells = l.pos.size();
   l.idx.resize(keep), l.pos.resize(keep), l.score.resize(keep);
   const size_t pages_kept = (keep + size_t(page_tokens()) - 1) / size_t(page_tokens());
   while (l.pages.size() > pages_kept) {
     pool_->release(l.pages.back());
     l.pages.pop_back();
   }
+  // The next appends rewrite the rows cut from the last page's tail, which a snapshot
+  // may still hold (an append copies only pages shared beyond the snapshots): that
+  // page must be this layer's own first.
+  if (keep % size_t(page_tokens()) != 0 && keep < old_cells) make_writable(l, l.pages.size() - 1);
 }
 
 void KVCache::evict_streaming(Sequence& s, const SeqPolicy& p, int layer, int32_t n_drop) {
@@ -373,6 +378,7 @@ void KVCache::take_snapshot(int32_t seq, const Sequence& s) {
 }
 
 void KVCache::drop_snapshot(int32_t seq) {
+  step_logs_.erase(seq);
   auto it = snapshots_.find(seq);
   if (it == snapshots_.end()) return;
   for (const Layer& l : it->second.layers)
@@ -384,7 +390,8 @@ void KVCache::drop_snapshot(int32_t seq) {
 }
 
 void KVCache::commit(const Placement& placement) {
-  for (const auto& [seq, first] : placement.first_idx) drop_snapshot(seq);
+  for (const auto& [seq, first] : placement.first_idx)
+    if (!step_logs_.count(seq)) drop_snapshot(seq);  // a stepwise step keeps it for truncate()
 }
 
 // ---- placing ----
@@ -468,21 +475,7 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
     for (int layer = 0; layer < config_.n_layer; ++layer) {
       auto& out = placement.slots[size_t(layer)];
       out.reserve(requests.size());
-      for (const CellRequest& r : requests) {
-        Sequence& s = sequences_[r.seq];
-        Layer& l = s.layers[size_t(layer)];
-        const auto cell = int32_t(l.pos.size());
-        if (cell % pt == 0) {
-          l.pages.push_back(pool_->acquire(1)[0]);
-        } else if (cell % pt != 0 && (cell - 1) / pt == int32_t(l.pages.size()) - 1) {
-          make_writable(l, l.pages.size() - 1, /*appending=*/true);
-        }
-        l.idx.push_back(r.pos);
-        l.pos.push_back(r.pos);
-        l.score.push_back(0.0f);
-        ++l.live;
-        out.push_back(slot(l, cell));
-      }
+      for (const CellRequest& r : requests) out.push_back(append_cell(sequences_[r.seq].layers[size_t(layer)], r.pos));
     }
   } catch (...) {
     undo(placement);
@@ -495,18 +488,39 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
   return placement;
 }
 
+int32_t KVCache::append_cell(Layer& l, int32_t pos) {
+  const int32_t pt = page_tokens();
+  const auto cell = int32_t(l.pos.size());
+  if (cell % pt == 0) {
+    l.pages.push_back(pool_->acquire(1)[0]);
+  } else if ((cell - 1) / pt == int32_t(l.pages.size()) - 1) {
+    make_writable(l, l.pages.size() - 1, /*appending=*/true);
+  }
+  l.idx.push_back(pos);
+  l.pos.push_back(pos);
+  l.score.push_back(0.0f);
+  ++l.live;
+  return slot(l, cell);
+}
+
+// Back to the sequence as it was before the open step (the snapshot's page references
+// pass back to it).
+void KVCache::restore_snapshot(int32_t seq) {
+  auto snap = snapshots_.find(seq);
+  for (const Layer& l : snap->second.layers)
+    for (int32_t p : l.pages)
+      if (--snapshot_refs_[p] == 0) snapshot_refs_.erase(p);
+  auto it = sequences_.find(seq);
+  if (it != sequences_.end()) release_all(it->second);
+  sequences_[seq] = std::move(snap->second);
+  snapshots_.erase(snap);
+  step_logs_.erase(seq);
+}
+
 void KVCache::undo(const Placement& placement) {
   for (const auto& [seq, first] : placement.first_idx) {
-    auto snap = snapshots_.find(seq);
-    if (snap != snapshots_.end()) {
-      // The snapshot's page references pass back to the sequence.
-      for (const Layer& l : snap->second.layers)
-        for (int32_t p : l.pages)
-          if (--snapshot_refs_[p] == 0) snapshot_refs_.erase(p);
-      auto it = sequences_.find(seq);
-      if (it != sequences_.end()) release_all(it->second);
-      sequences_[seq] = std::move(snap->second);
-      snapshots_.erase(snap);
+    if (snapshots_.count(seq)) {
+      restore_snapshot(seq);
       continue;
     }
     auto it = sequences_.find(seq);
@@ -605,6 +619,11 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return n_tokens == 0;
   Sequence& s = it->second;
+  auto log = step_logs_.find(seq);
+  if (log != step_logs_.end() && n_tokens >= log->second.first && n_tokens < log->second.first + log->second.n) {
+    replay_step(seq, n_tokens - log->second.first);
+    return true;
+  }
   drop_snapshot(seq);
   const SeqPolicy p = policy(seq);
   bool exact = true;

@@ -75,8 +75,9 @@ struct CellRequest {
 
 // Where a batch's tokens went, per layer; enough to roll it back.
 struct Placement {
-  std::vector<std::vector<int32_t>> slots;            // [layer][token]
+  std::vector<std::vector<int32_t>> slots;            // [layer][token] (-1: placed by place_token)
   std::vector<std::pair<int32_t, int32_t>> first_idx;  // (seq, index of its first new token)
+  std::vector<int32_t> stepwise;                       // sequences placed by place_stepwise()
 };
 
 // A sink row that moved: rewrite `slot` as the original key rotated by `delta` positions.
@@ -137,6 +138,25 @@ class KVCache {
   void undo(const Placement& placement);
   // Ends the step of a placement: what it dropped is freed for good.
   void commit(const Placement& placement);
+
+  // A step of `n` tokens of `seq` from position `first_pos` whose cells are placed one
+  // token at a time by place_token() (speculative verification under eviction). Checks
+  // the pool for the whole step (cache_full, nothing changed) and opens the step: its
+  // Placement has slots -1. undo() rolls it back; commit() keeps what truncate() needs
+  // to cut it exactly (see the header comment).
+  Placement place_stepwise(int32_t seq, int32_t first_pos, int32_t n);
+  // Token `token` (0-based in the step) of an open stepwise step in one layer: makes
+  // room as a one-token place() would (window, eviction, sink moves) and appends its
+  // cell. Returns its pool row. Tokens of a layer come in order.
+  int32_t place_token(int32_t seq, int layer, int32_t token);
+  // Logs the stored key and value rows of `count` tokens from `token` on in one layer,
+  // [count][k_width] and [count][v_width] f32, for a replay.
+  void log_step_rows(int32_t seq, int layer, int32_t token, int32_t count, std::span<const float> k,
+                     std::span<const float> v);
+  // H2O: adds (and logs) the attention that token `token` gave the cells of one layer,
+  // [cells * n_head_kv] as layer_tables laid them out after its place_token().
+  void add_token_scores(int32_t seq, int layer, int32_t token, int n_head_kv, std::span<const float> scores);
+
   // Frees what the sliding-window layers of `seq` can no longer see from its next index
   // on (called after a forward pass, so that a long prompt does not keep its start).
   void trim_windows(int32_t seq);
@@ -161,7 +181,9 @@ class KVCache {
 
   // Rewind: keeps the tokens with idx < n_tokens. Returns false when the cells left
   // do not hold everything a query at n_tokens would see (a window or an eviction
-  // dropped some): the caller must then recompute.
+  // dropped some): the caller must then recompute. Inside the last step, when it was
+  // stepwise, the cut is exact (a replay); sink moves it made are then pending
+  // (take_sink_moves), for the caller to rewrite those rows.
   bool truncate(int32_t seq, int32_t n_tokens);
   void remove(int32_t seq);
   void clear();
@@ -209,6 +231,10 @@ class KVCache {
   void evict(Sequence& s, const SeqPolicy& p, int layer, int32_t n_new);
   void evict_streaming(Sequence& s, const SeqPolicy& p, int layer, int32_t n_drop);
   void evict_h2o(Layer& l, const SeqPolicy& p, int32_t n_new, int32_t n_drop);
+  int32_t append_cell(Layer& l, int32_t pos);
+  int32_t place_one(Sequence& s, const SeqPolicy& p, int layer, int32_t pos);
+  void restore_snapshot(int32_t seq);
+  void replay_step(int32_t seq, int32_t n_keep);
   void compact(Layer& l);
   void drop_empty_pages(Layer& l);
   // Copy on write. `appending`: the write goes to cells past every snapshot's end,
@@ -226,6 +252,13 @@ class KVCache {
   // holding a reference to each of its pages; and how many snapshots hold each page.
   std::map<int32_t, Sequence> snapshots_;
   std::map<int32_t, int32_t> snapshot_refs_;
+  // Stepwise steps (place_stepwise) whose snapshot is kept: what a replay needs.
+  struct StepLog {
+    int32_t first = 0, n = 0;
+    std::vector<std::vector<float>> k, v;                // [layer][token * width]
+    std::vector<std::vector<std::vector<float>>> score;  // [layer][token] H2O rows (empty: none)
+  };
+  std::map<int32_t, StepLog> step_logs_;
   std::unique_ptr<backend::Buffer> scratch_;  // row indices for copy_rows
 };
 

@@ -228,6 +228,117 @@ void Forward::ensure_key_offsets() {
   key_offsets_ = std::move(offsets);
 }
 
+backend::RopeParams Forward::rope_params(const kv::KVCache& cache, int layer, int n_head) const {
+  const LayerParams& lp = hp_.layers[size_t(layer)];
+  // LongRoPE: the long factors once a sequence may outgrow the original context (as
+  // llama.cpp decides by its per-sequence context size).
+  const Tensor& rope_factors = cache.config().max_seq_tokens > hp_.n_ctx_orig ? w_.rope_long : w_.rope_short;
+  return backend::RopeParams{.n_head = n_head,
+                             .head_dim = hp_.head_dim_k,
+                             .n_rot = hp_.n_rot,
+                             .mode = hp_.arch->rope_mode,
+                             .freq_base = lp.rope_base,
+                             .freq_scale = lp.rope_scale,
+                             .mscale = hp_.rope_mscale,
+                             .freq_factors = rope_factors};
+}
+
+void Forward::ensure_step_scratch(int64_t max_pages, int64_t max_cells) {
+  StepScratch& st = step_;
+  if (step_buffer_ && max_pages <= st.pages && max_cells <= st.cells) return;
+  const int64_t pages = std::max(st.pages, max_pages + max_pages / 4 + 4);
+  const int64_t cells = std::max(st.cells, max_cells + max_cells / 4 + 64);
+  const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
+  struct Item {
+    Tensor* tensor;
+    DType type;
+    int64_t rows, cols;
+  };
+  const Item items[] = {{&st.slot, DType::i32, 1, 1},          {&st.pos, DType::i32, 1, 1},
+                        {&st.seq0, DType::i32, 1, 1},          {&st.cells_of, DType::i32, 1, 1},
+                        {&st.page_table, DType::i32, 1, pages}, {&st.cell_pos, DType::i32, 1, cells},
+                        {&st.scores, DType::f32, 1, cells * hp_.n_head_kv}, {&st.key, DType::f32, 1, kv_width}};
+  constexpr size_t kAlign = 64;
+  size_t total = 0;
+  for (const Item& it : items) total += (quant::row_bytes(it.type, it.cols) * size_t(it.rows) + kAlign - 1) / kAlign * kAlign;
+  step_buffer_.reset();
+  step_buffer_ = be_.allocate(total);
+  size_t offset = 0;
+  for (const Item& it : items) {
+    *it.tensor = backend::make_tensor(*step_buffer_, offset, it.type, it.rows, it.cols);
+    offset += (it.tensor->bytes() + kAlign - 1) / kAlign * kAlign;
+  }
+  st.pages = pages;
+  st.cells = cells;
+  const int32_t zero = 0;
+  be_.upload(st.seq0, &zero);
+}
+
+void Forward::apply_sink_moves(kv::KVCache& cache, std::span<const kv::SinkMove> moves) {
+  if (moves.empty()) return;
+  const bool centered = quant::kv::is_quantized(cache.k().type);
+  if (centered) ensure_key_offsets();
+  ensure_step_scratch(1, 1);
+  const StepScratch& st = step_;
+  for (const kv::SinkMove& m : moves) {
+    be_.upload(st.key, m.original);
+    be_.upload(st.pos, &m.delta);
+    be_.upload(st.slot, &m.slot);
+    // The stored row is centered; rope rotates the key itself.
+    if (centered) ops::add(be_, st.key, offset_pos_[size_t(m.layer)], st.key);
+    ops::rope(be_, st.key, st.pos, rope_params(cache, m.layer, hp_.n_head_kv), st.key);
+    if (centered) ops::add(be_, st.key, offset_neg_[size_t(m.layer)], st.key);
+    ops::kv_store(be_, st.key, cache.k(), st.slot);
+  }
+}
+
+void Forward::attend_stepwise(kv::KVCache& cache, int layer, int32_t seq, int64_t begin, int64_t end,
+                              const backend::AttentionParams& base, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& attn) {
+  const int64_t len = end - begin;
+  const int n_kv = hp_.n_head_kv;
+  // The rows as stored, for a replay of the kept tokens (KVCache::truncate).
+  step_rows_.resize(size_t(len * (k.cols + v.cols)));
+  be_.download(k.slice_rows(begin, len), step_rows_.data());
+  be_.download(v.slice_rows(begin, len), step_rows_.data() + len * k.cols);
+  cache.log_step_rows(seq, layer, 0, int32_t(len), std::span<const float>(step_rows_).first(size_t(len * k.cols)),
+                      std::span<const float>(step_rows_).subspan(size_t(len * k.cols)));
+  const bool h2o = cache.policy(seq).eviction.policy == kv::Eviction::h2o;
+  const int32_t one_seq[1] = {seq};
+  kv::KVCache::LayerTables tab;
+  for (int64_t i = 0; i < len; ++i) {
+    // What plain step i does in this layer: make room (evict, move sinks), store, attend.
+    const int32_t slot = cache.place_token(seq, layer, int32_t(i));
+    apply_sink_moves(cache, cache.take_sink_moves(seq));
+    cache.layer_tables(layer, one_seq, tab);
+    ensure_step_scratch(tab.max_pages, tab.max_cells);
+    const StepScratch& st = step_;
+    be_.upload(st.slot, &slot);
+    ops::kv_store(be_, k.slice_rows(begin + i, 1), cache.k(), st.slot);
+    ops::kv_store(be_, v.slice_rows(begin + i, 1), cache.v(), st.slot);
+    backend::AttentionParams ap = base;
+    ap.token_pos = base.token_pos.slice_rows(begin + i, 1);
+    ap.token_seq = st.seq0;
+    ap.page_table = st.page_table.slice_cols(0, tab.max_pages);
+    ap.cell_pos = st.cell_pos.slice_cols(0, tab.max_cells);
+    ap.seq_cells = st.cells_of;
+    be_.upload(ap.page_table, tab.page_table.data());
+    be_.upload(ap.cell_pos, tab.cell_pos.data());
+    be_.upload(st.cells_of, tab.cells.data());
+    ap.score_acc = Tensor{};
+    if (h2o) {
+      ap.score_acc = st.scores.slice_cols(0, tab.max_cells * n_kv);
+      step_scores_.assign(size_t(tab.max_cells * n_kv), 0.0f);
+      be_.upload(ap.score_acc, step_scores_.data());
+    }
+    ops::attention(be_, q.slice_rows(begin + i, 1), cache.k(), cache.v(), ap, attn.slice_rows(begin + i, 1));
+    if (h2o) {
+      be_.download(ap.score_acc, step_scores_.data());
+      cache.add_token_scores(seq, layer, int32_t(i), n_kv, step_scores_);
+    }
+  }
+}
+
 bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, const kv::Placement& placement,
                       size_t first_index, const LogitsSink& sink, const std::atomic<bool>* cancel) {
   const auto n = int64_t(chunk.size());
@@ -268,34 +379,28 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
                      max_cells, h2o);
     Workspace& ws = *ws_;
     const int hd = hp_.head_dim_k;
-    // LongRoPE: the long factors once a sequence may outgrow the original context (as
-    // llama.cpp decides by its per-sequence context size).
-    const Tensor& rope_factors =
-        cache.config().max_seq_tokens > hp_.n_ctx_orig ? w_.rope_long : w_.rope_short;
-    const auto rope_params = [&](const LayerParams& lp, int n_head) {
-      return backend::RopeParams{.n_head = n_head,
-                                 .head_dim = hd,
-                                 .n_rot = hp_.n_rot,
-                                 .mode = hp_.arch->rope_mode,
-                                 .freq_base = lp.rope_base,
-                                 .freq_scale = lp.rope_scale,
-                                 .mscale = hp_.rope_mscale,
-                                 .freq_factors = rope_factors};
-    };
 
     // StreamingLLM sinks that moved: their keys are rotated again from the original.
-    for (int32_t seq : row_seqs) {
-      for (const kv::SinkMove& m : cache.take_sink_moves(seq)) {
-        const LayerParams& lp = hp_.layers[size_t(m.layer)];
-        const Tensor row = ws.k.slice_rows(0, 1), p1 = ws.pos.slice_rows(0, 1), s1 = ws.slots.slice_rows(0, 1);
-        be_.upload(row, m.original);
-        be_.upload(p1, &m.delta);
-        be_.upload(s1, &m.slot);
-        // The stored row is centered; rope rotates the key itself.
-        if (centered) ops::add(be_, row, offset_pos_[size_t(m.layer)], row);
-        ops::rope(be_, row, p1, rope_params(lp, hp_.n_head_kv), row);
-        if (centered) ops::add(be_, row, offset_neg_[size_t(m.layer)], row);
-        ops::kv_store(be_, row, cache.k(), s1);
+    for (int32_t seq : row_seqs) apply_sink_moves(cache, cache.take_sink_moves(seq));
+
+    // Runs of consecutive entries of one sequence, when some sequence's cells are placed
+    // token by token (a speculative verification under eviction): then each run stores
+    // and attends on its own, the stepwise ones token by token.
+    struct Run {
+      int64_t begin, end;
+      int32_t seq;
+      bool stepwise;
+    };
+    std::vector<Run> runs;
+    if (!placement.stepwise.empty()) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t seq = chunk[size_t(i)].seq;
+        if (runs.empty() || runs.back().seq != seq) {
+          const bool sw =
+              std::find(placement.stepwise.begin(), placement.stepwise.end(), seq) != placement.stepwise.end();
+          runs.push_back({i, i, seq, sw});
+        }
+        runs.back().end = i + 1;
       }
     }
 
@@ -339,9 +444,9 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
         const Tensor k_heads = k.reshape(n * hp_.n_head_kv, hd);
         ops::rms_norm(be_, k_heads, L.k_norm, hp_.rms_eps, k_heads);
       }
-      ops::rope(be_, q, t_pos, rope_params(lp, hp_.n_head), q);
+      ops::rope(be_, q, t_pos, rope_params(cache, il, hp_.n_head), q);
       if (hp_.arch->scale_queries) ops::scale(be_, q, hp_.attention_scale, q);
-      ops::rope(be_, k, t_pos, rope_params(lp, hp_.n_head_kv), k);
+      ops::rope(be_, k, t_pos, rope_params(cache, il, hp_.n_head_kv), k);
       if (capture_keys_) be_.download(k.slice_rows(0, 1), capture_keys_->data() + size_t(il) * size_t(k.cols));
       if (centered) ops::add(be_, k, offset_neg_[size_t(il)], k);
       const kv::KVCache::LayerTables& tab = tables[size_t(il)];
@@ -351,8 +456,16 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       be_.upload(t_pages, tab.page_table.data());
       be_.upload(t_cell_pos, tab.cell_pos.data());
       be_.upload(t_cells, tab.cells.data());
-      ops::kv_store(be_, k, cache.k(), t_slots);
-      ops::kv_store(be_, v, cache.v(), t_slots);
+      if (runs.empty()) {
+        ops::kv_store(be_, k, cache.k(), t_slots);
+        ops::kv_store(be_, v, cache.v(), t_slots);
+      }
+      for (const Run& r : runs) {
+        if (r.stepwise) continue;
+        const Tensor slots = t_slots.slice_rows(r.begin, r.end - r.begin);
+        ops::kv_store(be_, k.slice_rows(r.begin, r.end - r.begin), cache.k(), slots);
+        ops::kv_store(be_, v.slice_rows(r.begin, r.end - r.begin), cache.v(), slots);
+      }
 
       backend::AttentionParams ap;
       ap.n_head = hp_.n_head;
@@ -375,8 +488,18 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
         be_.upload(t_scores, layer_scores[size_t(il)].data());
         ap.score_acc = t_scores;
       }
-      ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
+      if (runs.empty()) ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
+      for (const Run& r : runs) {
+        if (r.stepwise) continue;
+        backend::AttentionParams part = ap;
+        part.token_pos = t_pos.slice_rows(r.begin, r.end - r.begin);
+        part.token_seq = t_seq.slice_rows(r.begin, r.end - r.begin);
+        ops::attention(be_, q.slice_rows(r.begin, r.end - r.begin), cache.k(), cache.v(), part,
+                       attn.slice_rows(r.begin, r.end - r.begin));
+      }
       if (h2o) be_.download(t_scores, layer_scores[size_t(il)].data());
+      for (const Run& r : runs)
+        if (r.stepwise) attend_stepwise(cache, il, r.seq, r.begin, r.end, ap, q, k, v, attn);
 
       if (observer_) observer_(il, kOutputNames, attn);
       ops::matmul(be_, L.wo, attn, h);
@@ -428,6 +551,9 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
              std::span<const float>(host_logits_.data() + r * n_logits_, size_t(n_logits_)));
     }
     be_.synchronize();
+    // Stepwise sequences added their scores token by token (-1: a sequence no cache holds).
+    for (int32_t& seq : row_seqs)
+      if (std::find(placement.stepwise.begin(), placement.stepwise.end(), seq) != placement.stepwise.end()) seq = -1;
     for (size_t il = 0; il < layer_scores.size(); ++il)
       cache.add_scores(int(il), row_seqs, tables[il].max_cells, hp_.n_head_kv, layer_scores[il]);
   }

@@ -63,6 +63,9 @@ class Forward {
 
   static constexpr int64_t kLogitsRowsPerPass = 32;
 
+  // Rewrites moved StreamingLLM sink rows: each original key rotated by its move.
+  void apply_sink_moves(kv::KVCache& cache, std::span<const kv::SinkMove> moves);
+
   // Key offsets of quantized KV caches, [n_layer][n_head_kv * head_dim] f32: caches of
   // the kv_q* types store every key minus its layer's offset, the key that the BOS token
   // has at position 0 (all zeros for a model without a BOS token, or with soft-capped
@@ -97,6 +100,18 @@ class Forward {
 
   // Offsets on the backend: -offset and +offset per layer, [1, kv width] each.
   void ensure_key_offsets();
+  backend::RopeParams rope_params(const kv::KVCache& cache, int layer, int n_head) const;
+  // Tensors of one token of a stepwise step (and of sink rewrites), in step_buffer_.
+  struct StepScratch {
+    int64_t pages = 0, cells = 0;
+    Tensor slot, pos, seq0, cells_of, page_table, cell_pos, scores, key;
+  };
+  void ensure_step_scratch(int64_t max_pages, int64_t max_cells);
+  // The tokens [begin, end) of the batch, all of sequence `seq`, of a stepwise
+  // placement in layer `layer`: each placed, stored and attended alone, in order.
+  void attend_stepwise(kv::KVCache& cache, int layer, int32_t seq, int64_t begin, int64_t end,
+                       const backend::AttentionParams& base, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& attn);
 
   const HParams& hp_;
   const Weights& w_;
@@ -110,6 +125,9 @@ class Forward {
   std::vector<Tensor> offset_neg_, offset_pos_;    // per layer, [1, kv width]
   std::vector<float>* capture_keys_ = nullptr;     // set while the BOS forward runs
   MatmulObserver observer_;
+  std::unique_ptr<backend::Buffer> step_buffer_;
+  StepScratch step_;
+  std::vector<float> step_rows_, step_scores_;
 };
 
 }  // namespace ember::model

@@ -134,9 +134,8 @@ RequestHandle Engine::submit(Request request) {
       r->prompt = tokenizer.encode(q.prompt, q.generate.add_bos, q.generate.parse_special);
     }
     r->sampler.emplace(q.sampler);
-    // Speculation: checked here (a bad option rejects the request); off with eviction.
+    // Speculation: checked here (a bad option rejects the request).
     r->drafts = runtime::make_draft_source(q.generate.speculative, *e.model, e.capacity);
-    if (e.options.kv.eviction != KVEviction::none) r->drafts.reset();
   } catch (const Error& err) {
     return e.reject(r, err.what());
   }

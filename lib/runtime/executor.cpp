@@ -55,7 +55,10 @@ size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::
       for (size_t i = 0; i < part.tokens.size(); ++i) requests[i] = {part.seq, part.first_pos + int32_t(i)};
       kv::Placement placement;
       try {
-        placement = cache.place(requests);
+        // A stepwise part needs the cache to end just before it (else: a plain placement).
+        const bool stepwise = part.stepwise && part.first_pos > 0 && cache.next_index(part.seq) == part.first_pos;
+        placement = stepwise ? cache.place_stepwise(part.seq, part.first_pos, int32_t(part.tokens.size()))
+                             : cache.place(requests);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::cache_full) throw;
         part.status = StepStatus::cache_full;
@@ -65,6 +68,7 @@ size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::
       for (size_t l = 0; l < merged.slots.size(); ++l)
         merged.slots[l].insert(merged.slots[l].end(), placement.slots[l].begin(), placement.slots[l].end());
       merged.first_idx.insert(merged.first_idx.end(), placement.first_idx.begin(), placement.first_idx.end());
+      merged.stepwise.insert(merged.stepwise.end(), placement.stepwise.begin(), placement.stepwise.end());
     }
   } catch (...) {
     roll_back();
@@ -101,6 +105,11 @@ size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::
   cache.commit(merged);
   for (const auto& [seq, first] : merged.first_idx) cache.trim_windows(seq);
   return batch.size();
+}
+
+void Executor::apply_sink_moves(kv::KVCache& cache, int32_t seq) {
+  const std::vector<kv::SinkMove> moves = cache.take_sink_moves(seq);
+  if (!moves.empty()) forward_->apply_sink_moves(cache, moves);
 }
 
 }  // namespace ember::runtime

@@ -50,6 +50,9 @@ struct StepPart {
   // Which rows want logits: every row (all_logits) or only the last one (want_last).
   bool all_logits = false;
   bool want_last = true;
+  // Place the tokens one at a time, each as a plain one-token step would (a speculative
+  // verification of a sequence with KV eviction: KVCache::place_stepwise).
+  bool stepwise = false;
   // Receives (index into tokens, logits row [n_vocab]); the row is valid during the call only.
   std::function<void(size_t index, std::span<const float> row)> on_logits;
 
@@ -83,6 +86,9 @@ class Executor {
   // `order`: llama.cpp's sums (sessions) or batch-invariant ones (the engine).
   size_t step(kv::KVCache& cache, std::span<StepPart> parts, const std::atomic<bool>* cancel = nullptr,
               backend::SumOrder order = backend::SumOrder::llama_cpp);
+  // Rewrites the sink rows of `seq` that a cut into a stepwise step moved
+  // (KVCache::truncate). The caller holds mutex().
+  void apply_sink_moves(kv::KVCache& cache, int32_t seq);
 
 
  private:

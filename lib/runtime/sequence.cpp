@@ -180,6 +180,7 @@ void Sequence::cut_cache_locked(size_t n) {
     cache_.remove(id_);
     n_evaluated_ = 0;
   } else {
+    ex_.apply_sink_moves(cache_, id_);  // a cut into a stepwise step replays its kept tokens
     n_evaluated_ = std::min(n_evaluated_, n);
   }
 }

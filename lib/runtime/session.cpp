@@ -93,12 +93,9 @@ struct Session::Impl {
 GenerateResult Session::Impl::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opts,
                                        runtime::TokenSink sink) {
   // Speculation: its options are checked (and a draft model's vocabulary) before
-  // the prompt joins the sequence. With eviction it is off (see GenerateOptions).
+  // the prompt joins the sequence. Under KV eviction its steps are placed token by
+  // token (docs/speculative.md).
   std::unique_ptr<runtime::DraftSource> drafts = runtime::make_draft_source(opts.speculative, *model, seq.capacity());
-  if (drafts && seq.evicts()) {
-    m.logger.info("speculative decoding is off for session {}: its KV eviction cannot be rolled back", seq.id());
-    drafts.reset();
-  }
   // Speculative steps sum in the batch-invariant order, and so does the whole call.
   const backend::SumOrder order = seq.sum_order();
   if (drafts) seq.set_sum_order(backend::SumOrder::batch_invariant);

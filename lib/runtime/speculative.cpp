@@ -161,7 +161,11 @@ StepPart begin_speculative_step(Generation& g, Sequence& seq, DraftSource& sourc
   st.sink = [&st, n_vocab](size_t i, std::span<const float> row) {
     std::copy(row.begin(), row.end(), st.rows.begin() + long(i * n_vocab));
   };
-  return seq.next_part(st.drafts.size() + 1, &st.sink, st.n0 - 1);
+  StepPart part = seq.next_part(st.drafts.size() + 1, &st.sink, st.n0 - 1);
+  // Under KV eviction each token of the step makes room as its plain step would
+  // (KVCache::place_stepwise), so that rejected drafts can be cut exactly.
+  part.stepwise = seq.evicts() && !st.drafts.empty();
+  return part;
 }
 
 void abandon_speculative_step(Sequence& seq, SpeculativeState& st) {

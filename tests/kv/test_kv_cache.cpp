@@ -453,3 +453,109 @@ TEST_CASE("sequences of one cache keep their own budget and eviction policy", "[
                "not heavy 4 + recent 4");
   c.check_invariants();
 }
+
+namespace {
+
+// Per layer: the cell positions, and the key and value rows of the live cells.
+std::vector<std::vector<float>> layout(const kv::KVCache& c, int32_t seq) {
+  std::vector<std::vector<float>> out;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    kv::KVCache::LayerTables t;
+    const int32_t seqs[] = {seq};
+    c.layer_tables(layer, seqs, t);
+    std::vector<float> l;
+    for (int32_t cell = 0; cell < t.cells[0]; ++cell) {
+      l.push_back(float(t.cell_pos[size_t(cell)]));
+      if (t.cell_pos[size_t(cell)] < 0) continue;
+      const int32_t slot = t.page_table[size_t(cell / c.page_tokens())] * c.page_tokens() + cell % c.page_tokens();
+      for (const backend::Tensor& x : {c.k(), c.v()}) {
+        std::vector<float> row(kWidth);
+        quant::dequantize_row(quant::DType::f16, x.row_ptr(slot), row.data(), kWidth);
+        l.insert(l.end(), row.begin(), row.end());
+      }
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+// H2O scores a token at `pos` gives the cells of a layer: a fixed function of both.
+std::vector<float> scores_for(const kv::KVCache& c, int32_t seq, int layer, int32_t pos) {
+  kv::KVCache::LayerTables t;
+  const int32_t seqs[] = {seq};
+  c.layer_tables(layer, seqs, t);
+  std::vector<float> s(size_t(t.max_cells), 0.0f);
+  for (size_t i = 0; i < size_t(t.cells[0]); ++i)
+    if (t.cell_pos[i] >= 0) s[i] = float((t.cell_pos[i] * 7 + pos * 3 + layer) % 11);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a stepwise step cut after its kept tokens equals one-token steps of them", "[kv][transactions]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 400);
+  struct Case {
+    const char* name;
+    kv::CacheConfig config;
+  };
+  const Case cases[] = {{"streaming", config(kv::Eviction::streaming, 14, 3)},
+                        {"h2o", config(kv::Eviction::h2o, 12, 0, 5, 7)}};
+  for (const Case& k : cases) {
+    const bool h2o = k.config.eviction.policy == kv::Eviction::h2o;
+    kv::KVCache c(h.pool, *h.be, k.config);
+    // One token of `seq` as a plain step places it: rows, then (H2O) scores.
+    const auto plain_step = [&](int32_t seq) {
+      const int32_t pos = c.next_index(seq);
+      h.append(c, seq, 1);
+      if (h2o)
+        for (int layer = 0; layer < kLayers; ++layer) {
+          const int32_t seqs[] = {seq};
+          c.add_scores(layer, seqs, int64_t(scores_for(c, seq, layer, pos).size()), 1,
+                       scores_for(c, seq, layer, pos));
+        }
+      (void)c.take_sink_moves(seq);
+    };
+    for (int i = 0; i < 20; ++i) plain_step(0), plain_step(1);  // both past the budget
+    for (int32_t keep : {1, 3, 6}) {
+      INFO(k.name << ", keep " << keep);
+      // Sequence 1: a stepwise step of 6 tokens, cut to `keep`; sequence 0: `keep` plain steps.
+      const int32_t first = c.next_index(1), n = 6;
+      const kv::Placement p = c.place_stepwise(1, first, n);
+      for (int layer = 0; layer < kLayers; ++layer) {
+        std::vector<float> keys, values;
+        for (int32_t i = 0; i < n; ++i) {
+          const auto kr = row_for(first + i, layer, false), vr = row_for(first + i, layer, true);
+          keys.insert(keys.end(), kr.begin(), kr.end());
+          values.insert(values.end(), vr.begin(), vr.end());
+        }
+        c.log_step_rows(1, layer, 0, n, keys, values);
+        for (int32_t i = 0; i < n; ++i) {
+          const int32_t slot = c.place_token(1, layer, i);
+          (void)c.take_sink_moves(1);
+          auto buf = h.be->allocate(2 * kWidth * 4 + 64);
+          const auto src = backend::make_tensor(*buf, 0, quant::DType::f32, 1, kWidth);
+          const auto slots = backend::make_tensor(*buf, kWidth * 4, quant::DType::i32, 1, 1);
+          h.be->upload(slots, &slot);
+          h.be->upload(src, keys.data() + i * kWidth);
+          ops::kv_store(*h.be, src, c.k(), slots);
+          h.be->upload(src, values.data() + i * kWidth);
+          ops::kv_store(*h.be, src, c.v(), slots);
+          if (h2o) c.add_token_scores(1, layer, i, 1, scores_for(c, 1, layer, first + i));
+        }
+      }
+      c.commit(p);
+      CHECK(c.truncate(1, first + keep));
+      (void)c.take_sink_moves(1);
+      for (int32_t i = 0; i < keep; ++i) plain_step(0);
+      CHECK(layout(c, 1) == layout(c, 0));
+      c.check_invariants();
+      // The scores came back too: later evictions agree.
+      for (int i = 0; i < 8; ++i) plain_step(0), plain_step(1);
+      CHECK(layout(c, 1) == layout(c, 0));
+    }
+    c.remove(0);
+    c.remove(1);
+  }
+  CHECK(h.pool->stats().pages_used == 0);
+}

@@ -1,6 +1,7 @@
 // Speculative decoding on the real model: lossless (the tokens of plain decoding in
 // the same sum order, greedy and sampled, for every draft source), the draft model's
-// vocabulary check, bad options, the eviction fallback and the metrics.
+// vocabulary check, bad options and the metrics (under KV eviction:
+// test_speculative_eviction.cpp).
 #include <string>
 #include <vector>
 
@@ -154,17 +155,8 @@ TEST_CASE("drafts that are always wrong cost little with adaptive k", "[speculat
   CHECK(r.speculative.plain_steps > 0);  // the policy measured plain steps and paused drafting
 }
 
-TEST_CASE("speculation is off under KV eviction, and bad options are errors that change nothing",
-          "[speculative][errors]") {
+TEST_CASE("bad speculative options are errors that change nothing", "[speculative][errors]") {
   auto model = test::gemma();
-  {
-    auto session = model->new_session({.kv = {.max_tokens = 1024, .eviction = KVEviction::streaming, .sinks = 4,
-                                              .window = 200}});
-    Sampler g = Sampler::greedy();
-    const auto r = session->generate(kRepetitive, g, with({.kind = DraftKind::lookup}, 16));
-    CHECK(r.tokens.size() == 16);
-    CHECK(r.speculative.steps == 0);
-  }
   auto session = model->new_session({.kv = {.max_tokens = 1024}});
   Sampler g = Sampler::greedy();
   auto bad = [&](SpeculativeOptions spec, const std::string& needle) {

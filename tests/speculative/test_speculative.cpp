@@ -30,8 +30,8 @@ std::vector<int32_t> repeating_prompt(int32_t n_vocab) {
 }
 
 GenerateResult run(const std::shared_ptr<Model>& model, std::span<const int32_t> prompt, const SamplerOptions& so,
-                   const SpeculativeOptions& spec, int32_t n) {
-  auto session = model->new_session({.kv = {.max_tokens = 256}, .batch_invariant = true});
+                   const SpeculativeOptions& spec, int32_t n, const KVCacheOptions& kv = {.max_tokens = 256}) {
+  auto session = model->new_session({.kv = kv, .batch_invariant = true});
   Sampler sampler(so);
   GenerateOptions g;
   g.max_tokens = n;
@@ -74,6 +74,36 @@ TEST_CASE("speculative output equals plain output on every golden architecture",
         const GenerateResult r = run(model, prompt, so, spec, 24);
         CHECK(r.tokens == plain.tokens);
         CHECK(r.speculative.accepted <= r.speculative.drafted);
+      }
+    }
+  }
+}
+
+TEST_CASE("speculative output equals plain output under KV eviction on every golden architecture",
+          "[speculative][kv]") {
+  for (const char* name : {"llama-Q8_0", "qwen2-Q8_0", "qwen3-Q8_0", "gemma3-Q4_K_M"}) {
+    if (!std::filesystem::exists(test::golden_dir() / (std::string(name) + ".gguf"))) {
+      WARN("SKIPPED: " << name << " is absent from " << test::golden_dir());
+      continue;
+    }
+    auto model = golden(name);
+    const auto prompt = repeating_prompt(int32_t(model->info().n_vocab));
+    // Budgets of 16 cells: 64 tokens after a 29-token prompt evict at every step.
+    for (const KVCacheOptions& kv :
+         {KVCacheOptions{.max_tokens = 256, .eviction = KVEviction::streaming, .sinks = 3, .window = 13},
+          KVCacheOptions{.max_tokens = 256, .storage = KVStorage::int4, .eviction = KVEviction::h2o, .heavy = 8,
+                         .recent = 8}}) {
+      for (const SamplerOptions& so : {Sampler::greedy().options(), SamplerOptions{.temperature = 1.0f, .seed = 5}}) {
+        const GenerateResult plain = run(model, prompt, so, {}, 64, kv);
+        for (const SpeculativeOptions& spec :
+             {SpeculativeOptions{.kind = DraftKind::lookup, .draft_max = 8, .adaptive = false},
+              SpeculativeOptions{.kind = DraftKind::self, .self_layers = {0}, .self_vocab = 256, .adaptive = false}}) {
+          INFO(name << ": eviction " << int(kv.eviction) << ", draft kind " << int(spec.kind) << ", temperature "
+                    << so.temperature);
+          const GenerateResult r = run(model, prompt, so, spec, 64, kv);
+          CHECK(r.tokens == plain.tokens);
+          CHECK(r.speculative.drafted > 0);
+        }
       }
     }
   }
