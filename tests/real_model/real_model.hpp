@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/catch.hpp"
@@ -52,6 +53,30 @@ inline std::vector<std::string> read_lines(const std::filesystem::path& path) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// Submits one request per prompt (`shape(request, i)` fills in the rest), steps the
+// engine until nothing is pending, and returns every request's tokens (each must have
+// finished) with the engine's metrics.
+template <class Shape>
+std::pair<std::vector<std::vector<int32_t>>, EngineMetrics> run_requests(Engine& engine,
+                                                                         const std::vector<std::string>& prompts,
+                                                                         Shape shape) {
+  std::vector<RequestHandle> handles;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.prompt = prompts[i];
+    shape(r, i);
+    handles.push_back(engine.submit(r));
+  }
+  while (engine.pending() > 0) engine.step();
+  std::vector<std::vector<int32_t>> out;
+  for (const RequestHandle h : handles) {
+    const RequestResult r = engine.result(h);
+    REQUIRE(r.state == RequestState::finished);
+    out.push_back(r.tokens);
+  }
+  return {out, engine.metrics()};
 }
 
 }  // namespace ember::test

@@ -186,22 +186,10 @@ TEST_CASE("speculative requests in the Engine give the tokens of plain requests"
                                             "The three primary colours are", kRepetitive + "    if b == 0:\n"};
   auto run_all = [&](const SpeculativeOptions& spec) {
     auto engine = Engine::create(model, {.kv = {.max_tokens = 1024}});
-    std::vector<RequestHandle> handles;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Request r;
-      r.prompt = prompts[i];
+    return test::run_requests(*engine, prompts, [&](Request& r, size_t i) {
       r.sampler = i % 2 == 0 ? greedy() : SamplerOptions{.temperature = 0.8f, .seed = 40 + i};
       r.generate = with(spec, 32);
-      handles.push_back(engine->submit(r));
-    }
-    while (engine->pending() > 0) engine->step();
-    std::vector<std::vector<int32_t>> out;
-    for (const RequestHandle h : handles) {
-      const RequestResult r = engine->result(h);
-      REQUIRE(r.state == RequestState::finished);
-      out.push_back(r.tokens);
-    }
-    return std::make_pair(out, engine->metrics());
+    });
   };
   const auto [plain, plain_metrics] = run_all({});
   CHECK(plain_metrics.draft_tokens == 0);

@@ -92,24 +92,12 @@ TEST_CASE("speculative requests under eviction in the Engine give the tokens of 
     INFO("eviction " << int(kv.eviction));
     auto run_all = [&](const SpeculativeOptions& spec) {
       auto engine = Engine::create(model, {.kv = kv});
-      std::vector<RequestHandle> handles;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        Request r;
-        r.prompt = prompts[i];
+      return test::run_requests(*engine, prompts, [&](Request& r, size_t i) {
         r.sampler = i % 2 == 0 ? Sampler::greedy().options() : SamplerOptions{.temperature = 0.8f, .seed = 40 + i};
         r.generate.max_tokens = 160;
         r.generate.stop_at_end_of_generation = false;
         r.generate.speculative = spec;
-        handles.push_back(engine->submit(r));
-      }
-      while (engine->pending() > 0) engine->step();
-      std::vector<std::vector<int32_t>> out;
-      for (const RequestHandle h : handles) {
-        const RequestResult r = engine->result(h);
-        REQUIRE(r.state == RequestState::finished);
-        out.push_back(r.tokens);
-      }
-      return std::make_pair(out, engine->metrics());
+      });
     };
     const auto [plain, plain_metrics] = run_all({});
     const auto [spec, metrics] = run_all({.kind = DraftKind::lookup, .draft_max = 8, .adaptive = false});
