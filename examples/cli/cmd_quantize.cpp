@@ -1,5 +1,5 @@
 // ember quantize IN OUT --type T [-t THREADS] [--pure]
-//                [--method rtn|gptq --calib FILE [--samples N] [--sample-tokens T] [--damp D]]: writes a quantized GGUF with
+//                [--method rtn|gptq|awq --calib FILE [--samples N] [--sample-tokens T] [--damp D]]: writes a quantized GGUF with
 // ember::quantize_model, one progress line per tensor on stderr and the report on stdout.
 // llama-quantize's positional form `IN OUT TYPE [THREADS]` is accepted too.
 #include <fmt/format.h>
@@ -73,9 +73,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     options.threads = int(args.get_int("--threads", 1, 1, 1024));
   }
   const std::string method = args.get_or("--method", "rtn");
-  if (method == "gptq") {
-    options.method = QuantMethod::gptq;
-    if (!args.has("--calib")) throw UsageError("--method gptq needs --calib FILE");
+  if (method == "gptq" || method == "awq") {
+    options.method = method == "gptq" ? QuantMethod::gptq : QuantMethod::awq;
+    if (!args.has("--calib")) throw UsageError(fmt::format("--method {} needs --calib FILE", method));
+    if (method == "awq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);
     options.sample_tokens = args.get_int("--sample-tokens", 512, 2, 1 << 16);
@@ -88,24 +89,34 @@ int cmd_quantize(const std::vector<std::string>& argv) {
                    static_cast<long long>(p.samples));
       if (p.sample == p.samples) std::fprintf(stderr, "\n");
     };
+    options.on_search = [](const SearchProgress& p) {
+      std::fprintf(stderr, "\rember quantize: AWQ scale search, group %lld/%lld", static_cast<long long>(p.group),
+                   static_cast<long long>(p.groups));
+      if (p.group == p.groups) std::fprintf(stderr, "\n");
+    };
   } else if (method != "rtn") {
-    throw UsageError(fmt::format("unknown method '{}' (rtn, gptq)", method));
+    throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq)", method));
   } else if (args.has("--calib")) {
-    throw UsageError("--calib is used by --method gptq only");
+    throw UsageError("--calib is used by --method gptq and awq only");
   }
   const std::string& in = positional[0];
   const std::string& out = positional[1];
   options.on_tensor = [](const QuantizeProgress& p) {
     const QuantizedTensor& t = *p.tensor;
-    std::string what = t.quantized ? fmt::format("{} -> {}{}{}, rel. error {:.5f}", t.type_in, t.type_out,
-                                                  t.gptq ? " (gptq)" : "", t.fallback ? " (fallback)" : "",
+    const std::string awq = t.awq ? fmt::format(" (awq alpha {:.2f})", t.awq_alpha) : "";
+    std::string what = t.quantized ? fmt::format("{} -> {}{}{}{}, rel. error {:.5f}", t.type_in, t.type_out,
+                                                  t.gptq ? " (gptq)" : "", awq, t.fallback ? " (fallback)" : "",
                                                   t.relative_error)
+                     : t.awq       ? fmt::format("{} -> {}{}, divided by the scales", t.type_in, t.type_out, awq)
                                    : fmt::format("{}, copied", t.type_out);
     std::fprintf(stderr, "[%4zu/%4zu] %-32s %-16s %s, %s -> %s\n", p.index + 1, p.count, t.name.c_str(),
                  shape_of(t.shape).c_str(), what.c_str(), mib(t.bytes_in).c_str(), mib(t.bytes_out).c_str());
   };
   std::fprintf(stderr, "ember quantize: %s -> %s, %s%s%s, %d thread%s\n", in.c_str(), out.c_str(), to_string(*recipe),
-               options.pure ? " (pure)" : "", options.method == QuantMethod::gptq ? ", GPTQ" : "", options.threads,
+               options.pure ? " (pure)" : "", options.method == QuantMethod::gptq  ? ", GPTQ"
+                                                          : options.method == QuantMethod::awq ? ", AWQ"
+                                                                                                : "",
+               options.threads,
                options.threads == 1 ? "" : "s");
   const QuantizeReport report = quantize_model(in, out, options);
   for (const std::string& w : report.warnings) std::fprintf(stderr, "ember quantize: warning: %s\n", w.c_str());
@@ -136,6 +147,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     std::printf("gptq: calibrated on %lld samples, %lld tokens of '%s', damp %g\n",
                 static_cast<long long>(report.calibration_samples), static_cast<long long>(report.calibration_tokens),
                 options.calibration_text.c_str(), options.damp);
+  if (options.method == QuantMethod::awq) {
+    std::printf("awq: calibrated on %lld samples, %lld tokens of '%s'\n", static_cast<long long>(report.calibration_samples),
+                static_cast<long long>(report.calibration_tokens), options.calibration_text.c_str());
+    for (const std::string& s : report.awq_skipped) std::printf("awq: round-to-nearest for %s\n", s.c_str());
+  }
   return 0;
 }
 

@@ -82,17 +82,18 @@ speculative decoding (lossless: the same tokens as without it):
       {"tokenize", ember::cli::cmd_tokenize, R"(ember tokenize -m MODEL -p TEXT [--bos] [--special]
   Prints token ids (no BOS unless --bos; special tokens only with --special).
 )"},
-      {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq --calib FILE [--samples N]]
+      {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq --calib FILE [--samples N]]
   Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures)
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
-  --method rtn|gptq      rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
-                         with calibration Hessians onto standard Q4_0 blocks (TYPE Q4_0 only)
-  --calib FILE           gptq: the calibration text
-  --samples N            gptq: calibration windows (default 512; fewer when the text is short)
-  --sample-tokens T      gptq: tokens per window, BOS first (default 512)
+  --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
+                         with calibration Hessians onto standard Q4_0 blocks (TYPE Q4_0 only);
+                         awq: AWQ's per-channel scales, folded into the norms (any TYPE)
+  --calib FILE           gptq, awq: the calibration text
+  --samples N            gptq, awq: calibration windows (default 512; fewer when the text is short)
+  --sample-tokens T      gptq, awq: tokens per window, BOS first (default 512)
   --damp D               gptq: damping, lambda = D * mean(diag H) (default 0.01)
   llama-quantize's order IN OUT TYPE [THREADS] is accepted. A progress line per tensor goes
   to stderr, the report (type, size, relative error per tensor; totals) to stdout.

@@ -32,12 +32,20 @@ EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
 enum class QuantMethod {
   rtn,    // round to nearest: llama-quantize's bytes
   gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 grid with calibration Hessians; Q4_0 only
+  awq,    // AWQ (Lin et al. 2023): per-channel scales searched on calibration data, folded
+          // into the norms / ffn_up rows before the projections; any recipe
 };
 
 // Calibration progress: called after each sample, from the calling thread.
 struct CalibrationProgress {
   int64_t sample = 0;             // samples done, 1-based
   int64_t samples = 0;            // samples in all
+};
+
+// AWQ search progress: called after each group of projections (three per layer).
+struct SearchProgress {
+  int64_t group = 0;              // groups done, 1-based
+  int64_t groups = 0;             // groups in all
 };
 
 // One tensor of the output, as written.
@@ -48,6 +56,8 @@ struct QuantizedTensor {
   std::string type_out;           // "Q4_K"; equal to type_in when copied unchanged
   bool quantized = false;         // false: copied (norms, 1-D tensors, already the chosen type)
   bool gptq = false;              // quantized by GPTQ (else round-to-nearest)
+  bool awq = false;               // AWQ: quantized after scaling its columns, or a norm weight divided by the scales
+  double awq_alpha = 0;           // AWQ: the exponent chosen (0: the scales are 1, round-to-nearest)
   bool fallback = false;          // rows not a multiple of the chosen type's block: a wider type was used
   uint64_t bytes_in = 0;          // data bytes in the input
   uint64_t bytes_out = 0;         // data bytes in the output
@@ -70,12 +80,16 @@ struct QuantizeOptions {
   // --method gptq: the recipe must be Q4_0. Every Q4_0 tensor that the calibration saw
   // (the dense attention and feed-forward projections) is quantized by GPTQ; the others
   // (e.g. the output matrix's Q6_K/Q8_0, MoE experts) as by rtn.
+  // --method awq: any recipe; the q/k/v, gate/up and down projections of each layer are
+  // quantized after AWQ's scaling, and attn_norm, ffn_norm (written as F32) and ffn_up's
+  // rows absorb the inverse scales; everything else as by rtn.
   QuantMethod method = QuantMethod::rtn;
-  std::string calibration_text;   // path of a UTF-8 text (gptq: required)
+  std::string calibration_text;   // path of a UTF-8 text (gptq, awq: required)
   int64_t samples = 512;          // calibration windows, >= 1; fewer (with a warning) when the text is short
   int64_t sample_tokens = 512;    // tokens per window (BOS first), >= 2
   double damp = 0.01;             // GPTQ damping: lambda = damp * mean(diag H), > 0
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
+  std::function<void(const SearchProgress&)> on_search;            // optional (awq)
 };
 
 struct QuantizeReport {
@@ -86,7 +100,8 @@ struct QuantizeReport {
   // sqrt(sum ||w - deq(q(w))||^2 / sum ||w||^2) over the quantized tensors.
   double relative_error = 0;
   uint32_t file_type = 0;         // general.file_type written (llama_ftype)
-  int64_t calibration_samples = 0, calibration_tokens = 0;   // gptq: what was run
+  int64_t calibration_samples = 0, calibration_tokens = 0;   // gptq/awq: what was run
+  std::vector<std::string> awq_skipped;   // awq: projection groups left to round-to-nearest, and why
   // Things the caller should know, e.g. that the input was already quantized.
   std::vector<std::string> warnings;
 };
@@ -99,7 +114,7 @@ struct QuantizeReport {
 // Throws ember::Error: invalid_argument (threads < 1), io (cannot read / write / rename,
 // disk full), malformed_file (not GGUF, truncated, non-finite weights), unsupported
 // (architecture ember does not know, a tensor type it cannot read, rows no type fits;
-// gptq with a recipe other than Q4_0). gptq: io for an unreadable calibration text,
+// gptq with a recipe other than Q4_0). gptq/awq: io for an unreadable calibration text,
 // invalid_argument for one too short for a single sample or bad samples/damp.
 EMBER_API QuantizeReport quantize_model(const std::string& input, const std::string& output,
                                         const QuantizeOptions& options);

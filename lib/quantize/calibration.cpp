@@ -36,7 +36,8 @@ struct Accumulator {
   std::shared_ptr<Hessian> hessian;
 };
 
-// Runs fn(0) .. fn(n - 1), fn(0) on the calling thread; rethrows the first failure.
+}  // namespace
+
 void run_parallel(int n, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<std::thread> workers;
@@ -58,13 +59,11 @@ void run_parallel(int n, const std::function<void(int)>& fn) {
     if (e) std::rethrow_exception(e);
 }
 
-}  // namespace
-
 Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const CalibrationSettings& settings) {
   require(settings.samples >= 1, "quantize: --samples is {}, must be at least 1", settings.samples);
   require(settings.sample_tokens >= 2, "quantize: sample_tokens is {}, must be at least 2", settings.sample_tokens);
   require(settings.threads >= 1, "quantize: threads is {}, must be at least 1", settings.threads);
-  require(!settings.text_path.empty(), "quantize: --method gptq needs a calibration text (--calib FILE)");
+  require(!settings.text_path.empty(), "quantize: a calibrated method needs a calibration text (--calib FILE)");
   const std::string text = read_text(settings.text_path);
 
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_gguf(*file);

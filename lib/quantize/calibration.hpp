@@ -46,4 +46,8 @@ struct Calibration {
 // running the model throws (unsupported architecture, ...).
 Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const CalibrationSettings& settings);
 
+// Runs fn(0) .. fn(n - 1) on n threads, fn(0) on the calling thread; rethrows the first
+// failure after all have finished.
+void run_parallel(int n, const std::function<void(int)>& fn);
+
 }  // namespace ember::quantize

@@ -19,6 +19,7 @@
 #include "gguf/gguf.hpp"
 #include "model/arch.hpp"
 #include "quant/quant.hpp"
+#include "quantize/awq.hpp"
 #include "quantize/calibration.hpp"
 #include "quantize/gptq.hpp"
 #include "quantize/type_rules.hpp"
@@ -104,10 +105,14 @@ struct RowSums {
 };
 
 // Quantizes the rows [row_begin, row_end) of `t` into `out` and measures the error.
-RowSums quantize_rows(const gguf::TensorInfo& t, DType type, std::byte* out, int64_t row_begin, int64_t row_end) {
+// With an AWQ transform the row quantized is w * row_scale[r] * col_scale[c], and the
+// error is measured after undoing both (what the model computes with the folded input).
+RowSums quantize_rows(const gguf::TensorInfo& t, DType type, std::byte* out, int64_t row_begin, int64_t row_end,
+                      const quantize::AwqTransform* awq) {
   const int64_t cols = t.cols();
   const size_t in_row = quant::row_bytes(t.type, cols), out_row = quant::row_bytes(type, cols);
-  std::vector<float> values(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
+  std::vector<float> values(static_cast<size_t>(cols)), back(static_cast<size_t>(cols)), scaled;
+  std::vector<float> scale;   // per column: row_scale[r] * col_scale[c]
   RowSums sums;
   for (int64_t r = row_begin; r < row_end; ++r) {
     quant::dequantize_row(t.type, t.data + size_t(r) * in_row, values.data(), cols);
@@ -116,8 +121,21 @@ RowSums quantize_rows(const gguf::TensorInfo& t, DType type, std::byte* out, int
         fail(ErrorCode::malformed_file, "quantize: tensor '{}' holds a non-finite value ({}) in row {}", t.name,
              values[size_t(i)], r);
     std::byte* dst = out + size_t(r) * out_row;
-    quantize::quantize_values(type, values.data(), dst, cols);
+    if (awq) {
+      const float rs = awq->row_scale.empty() ? 1.0f : awq->row_scale[size_t(r)];
+      scale.resize(size_t(cols));
+      scaled.resize(size_t(cols));
+      for (int64_t i = 0; i < cols; ++i) {
+        scale[size_t(i)] = rs * awq->col_scale[size_t(i)];
+        scaled[size_t(i)] = values[size_t(i)] * scale[size_t(i)];
+      }
+      quantize::quantize_values(type, scaled.data(), dst, cols);
+    } else {
+      quantize::quantize_values(type, values.data(), dst, cols);
+    }
     quant::dequantize_row(type, dst, back.data(), cols);
+    if (awq)
+      for (int64_t i = 0; i < cols; ++i) back[size_t(i)] /= scale[size_t(i)];
     for (int64_t i = 0; i < cols; ++i) {
       const double w = values[size_t(i)], e = w - double(back[size_t(i)]);
       sums.error2 += e * e;
@@ -129,26 +147,13 @@ RowSums quantize_rows(const gguf::TensorInfo& t, DType type, std::byte* out, int
 
 // All rows of `t` on `threads` threads (contiguous row ranges); the sums are added in
 // thread order.
-RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, int threads) {
+RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, int threads,
+                        const quantize::AwqTransform* awq = nullptr) {
   const int64_t rows = t.rows();
   const int n = int(std::max<int64_t>(1, std::min<int64_t>(threads, rows)));
-  if (n == 1) return quantize_rows(t, type, out, 0, rows);
+  if (n == 1) return quantize_rows(t, type, out, 0, rows, awq);
   std::vector<RowSums> sums(static_cast<size_t>(n));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> workers;
-  workers.reserve(size_t(n));
-  for (int i = 0; i < n; ++i) {
-    workers.emplace_back([&, i] {
-      try {
-        sums[size_t(i)] = quantize_rows(t, type, out, rows * i / n, rows * (i + 1) / n);
-      } catch (...) {
-        errors[size_t(i)] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& w : workers) w.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+  quantize::run_parallel(n, [&](int i) { sums[size_t(i)] = quantize_rows(t, type, out, rows * i / n, rows * (i + 1) / n, awq); });
   RowSums total;
   for (const RowSums& s : sums) total.error2 += s.error2, total.norm2 += s.norm2;
   return total;
@@ -204,11 +209,12 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
   require(!output.empty(), "quantize: the output path is empty");
   const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
-  const bool gptq = options.method == QuantMethod::gptq;
-  if (gptq) {
-    if (options.recipe != QuantRecipe::q4_0)
+  const bool gptq = options.method == QuantMethod::gptq, awq = options.method == QuantMethod::awq;
+  if (gptq || awq) {
+    const char* method = gptq ? "gptq" : "awq";
+    if (gptq && options.recipe != QuantRecipe::q4_0)
       fail(ErrorCode::unsupported, "quantize: --method gptq writes Q4_0 only, not {}", recipe.name);
-    require(!options.calibration_text.empty(), "quantize: --method gptq needs a calibration text (--calib FILE)");
+    require(!options.calibration_text.empty(), "quantize: --method {} needs a calibration text (--calib FILE)", method);
     require(options.samples >= 1, "quantize: samples is {}, must be at least 1", options.samples);
     require(options.sample_tokens >= 2, "quantize: sample_tokens is {}, must be at least 2", options.sample_tokens);
     require(options.damp > 0 && std::isfinite(options.damp), "quantize: damp is {}, must be > 0", options.damp);
@@ -266,7 +272,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   TempFile temp(output);   // fails here, before any work, when the folder cannot be written
 
   quantize::Calibration calibration;
-  if (gptq) {
+  quantize::AwqPlan awq_plan;
+  if (gptq || awq) {
     calibration = quantize::calibrate(
         file_ptr, {.text_path = options.calibration_text,
                    .samples = options.samples,
@@ -278,6 +285,13 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     report.calibration_samples = calibration.samples;
     report.calibration_tokens = calibration.tokens;
     for (std::string& w : calibration.warnings) report.warnings.push_back(std::move(w));
+  }
+  if (awq) {
+    awq_plan = quantize::awq_plan(file, plans, calibration, {.threads = options.threads},
+                                  [&](int64_t done, int64_t total) {
+                                    if (options.on_search) options.on_search({.group = done, .groups = total});
+                                  });
+    report.awq_skipped = std::move(awq_plan.skipped);
   }
 
   gguf::Writer writer(file.alignment());
@@ -298,15 +312,28 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
                       .quantized = plan.quantize,
                       .fallback = plan.fallback,
                       .bytes_in = t.n_bytes};
-    if (!plan.quantize) {
+    if (const auto folded = awq_plan.folded.find(t.name); folded != awq_plan.folded.end()) {
+      // A norm's weight divided by the AWQ scales of the projections it feeds.
+      const std::span<const std::byte> bytes = std::as_bytes(std::span(folded->second));
+      writer.add_tensor(t.name, DType::f32, t.shape, bytes);
+      q.type_out = quant::type_name(DType::f32);
+      q.bytes_out = bytes.size();
+      q.awq = true;
+      q.awq_alpha = awq_plan.folded_alpha.at(t.name);
+    } else if (!plan.quantize) {
       writer.add_tensor(t.name, t.type, t.shape, std::span(t.data, t.n_bytes));
       q.bytes_out = t.n_bytes;
     } else {
       buffer.assign(quant::row_bytes(plan.type, t.cols()) * size_t(t.rows()), std::byte{0});
       const auto hessian = calibration.hessians.find(t.name);
       q.gptq = plan.type == DType::q4_0 && hessian != calibration.hessians.end() && hessian->second->cols == t.cols();
+      q.gptq = q.gptq && gptq;
+      const auto transform = awq_plan.transforms.find(t.name);
+      const quantize::AwqTransform* awq_transform = transform != awq_plan.transforms.end() ? &transform->second : nullptr;
+      q.awq = awq_transform != nullptr;
+      q.awq_alpha = awq_transform ? awq_transform->alpha : 0.0;
       const RowSums sums = q.gptq ? gptq_tensor(t, *hessian->second, options.damp, buffer.data())
-                                  : quantize_tensor(t, plan.type, buffer.data(), options.threads);
+                                  : quantize_tensor(t, plan.type, buffer.data(), options.threads, awq_transform);
       writer.add_tensor(t.name, plan.type, t.shape, buffer);
       q.bytes_out = buffer.size();
       q.relative_error = sums.norm2 > 0 ? std::sqrt(sums.error2 / sums.norm2) : 0.0;

@@ -314,8 +314,10 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " Q4_0 0", "THREADS must be 1..1024"},
       {"quantize " + in + " " + out + " Q4_0 2 extra", "unexpected argument 'extra'"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq", "--method gptq needs --calib FILE"},
-      {"quantize " + in + " " + out + " --type Q4_0 --method awq --calib x.txt", "unknown method 'awq'"},
-      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt", "--calib is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method awq", "--method awq needs --calib FILE"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method awq --calib x.txt --damp 0.1", "--damp is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method spqr --calib x.txt", "unknown method 'spqr'"},
+      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt", "--calib is used by --method gptq and awq only"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --samples 0", "--samples"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --damp -1", "--damp must be > 0"},
   };

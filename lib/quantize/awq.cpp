@@ -1,0 +1,219 @@
+// AWQ scale search and the per-layer plan (awq.hpp).
+#include "quantize/awq.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/fail.hpp"
+#include "quant/quant.hpp"
+#include "quantize/weight_quantizers.hpp"
+
+namespace ember::quantize {
+namespace {
+
+using quant::DType;
+using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// s_c = a_c^alpha / sqrt(max * min) with a_c the rms of channel c (dead channels lifted
+// to a millionth of the largest, so that no scale is 0 or infinite).
+std::vector<float> scales_for(const std::vector<double>& rms, double alpha) {
+  const double top = *std::max_element(rms.begin(), rms.end());
+  const double floor = top > 0 ? top * 1e-6 : 1.0;
+  std::vector<double> s(rms.size());
+  for (size_t c = 0; c < rms.size(); ++c) s[c] = std::pow(std::max(rms[c], floor), alpha);
+  const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
+  const double norm = std::sqrt(*lo * *hi);
+  std::vector<float> out(rms.size());
+  for (size_t c = 0; c < rms.size(); ++c) out[c] = float(s[c] / norm);
+  return out;
+}
+
+// The rows the loss is evaluated on: evenly spaced, at most `limit`.
+std::vector<int64_t> sample_rows(int64_t rows, int64_t limit) {
+  std::vector<int64_t> out;
+  const int64_t n = std::min(rows, limit);
+  for (int64_t i = 0; i < n; ++i) out.push_back(i * rows / n);
+  return out;
+}
+
+// The error rows e (original space) of matrix m's sampled rows, quantized with scales s.
+void error_rows(const AwqMatrix& m, const std::vector<int64_t>& rows, const std::vector<float>& s, RowMajorF& e) {
+  const int64_t cols = m.cols;
+  std::vector<float> scaled(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
+  std::vector<std::byte> q(quant::row_bytes(m.type, cols));
+  e.resize(int64_t(rows.size()), cols);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t r = rows[i];
+    const float* w = m.weights + r * cols;
+    const float rs = m.row_scale ? m.row_scale[r] : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) scaled[size_t(c)] = w[c] * rs * s[size_t(c)];
+    quantize_values(m.type, scaled.data(), q.data(), cols);
+    quant::dequantize_row(m.type, q.data(), back.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) e(int64_t(i), c) = back[size_t(c)] / (rs * s[size_t(c)]) - w[c];
+  }
+}
+
+}  // namespace
+
+AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options) {
+  require(options.grid >= 1 && options.grid <= 1000, "quantize: AWQ grid is {}, must be 1..1000", options.grid);
+  require(options.search_rows >= 1, "quantize: AWQ search_rows is {}, must be at least 1", options.search_rows);
+  require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
+  require(!group.empty(), "quantize: an AWQ group needs at least one matrix");
+  require(h.rows_seen > 0 && int64_t(h.h.size()) == h.cols * h.cols, "quantize: AWQ needs a calibrated Hessian");
+  for (const AwqMatrix& m : group)
+    require(m.weights && m.rows > 0 && m.cols == h.cols, "quantize: an AWQ matrix of {} x {} does not fit the {}-wide Hessian",
+            m.rows, m.cols, h.cols);
+
+  const int64_t cols = h.cols;
+  std::vector<double> rms(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) rms[size_t(c)] = std::sqrt(std::max(0.0, h.h[size_t(c * cols + c)]) / double(h.rows_seen));
+  // H in float, scaled to the mean square of one row (the loss's units do not matter).
+  RowMajorF hf(cols, cols);
+  const double inv = 1.0 / double(h.rows_seen);
+  for (int64_t i = 0; i < cols * cols; ++i) hf.data()[i] = float(h.h[size_t(i)] * inv);
+  std::vector<std::vector<int64_t>> rows;
+  for (const AwqMatrix& m : group) rows.push_back(sample_rows(m.rows, options.search_rows));
+
+  std::vector<double> losses(size_t(options.grid));
+  const int n_threads = std::min(options.threads, options.grid);
+  run_parallel(n_threads, [&](int t) {
+    RowMajorF e, eh;
+    for (int k = t; k < options.grid; k += n_threads) {
+      const std::vector<float> s = scales_for(rms, double(k) / options.grid);
+      double loss = 0;
+      for (size_t g = 0; g < group.size(); ++g) {
+        error_rows(group[g], rows[g], s, e);
+        eh.noalias() = e * hf;
+        loss += double(eh.cwiseProduct(e).sum());
+      }
+      losses[size_t(k)] = loss;
+    }
+  });
+  AwqChoice choice;
+  int best = 0;
+  for (int k = 1; k < options.grid; ++k)
+    if (losses[size_t(k)] < losses[size_t(best)]) best = k;
+  choice.alpha = double(best) / options.grid;
+  choice.scales = scales_for(rms, choice.alpha);
+  choice.loss = losses[size_t(best)];
+  choice.loss_rtn = losses[0];
+  return choice;
+}
+
+namespace {
+
+// A tensor's values as floats ([rows][cols]).
+std::vector<float> read_matrix(const gguf::TensorInfo& t) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  const size_t row = quant::row_bytes(t.type, cols);
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(t.type, t.data + size_t(r) * row, out.data() + r * cols, cols);
+  for (float v : out)
+    if (!std::isfinite(v)) fail(ErrorCode::malformed_file, "quantize: tensor '{}' holds a non-finite value ({})", t.name, v);
+  return out;
+}
+
+}  // namespace
+
+AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, const Calibration& calibration,
+                 const AwqOptions& options, const std::function<void(int64_t done, int64_t total)>& on_group) {
+  std::map<std::string, const TensorPlan*> planned;
+  for (const TensorPlan& p : plans) planned[std::string(file.tensors()[p.index].name)] = &p;
+  int64_t n_layer = 0;
+  for (const TensorPlan& p : plans) {
+    const std::string_view name = file.tensors()[p.index].name;
+    if (name.rfind("blk.", 0) == 0) n_layer = std::max<int64_t>(n_layer, std::stoll(std::string(name.substr(4))) + 1);
+  }
+
+  AwqPlan plan;
+  // A quantized 2-D tensor with a Hessian of its width, or null.
+  const auto member = [&](const std::string& name) -> const gguf::TensorInfo* {
+    const auto it = planned.find(name);
+    const auto hs = calibration.hessians.find(name);
+    if (it == planned.end() || !it->second->quantize || hs == calibration.hessians.end()) return nullptr;
+    const gguf::TensorInfo& t = file.tensors()[it->second->index];
+    return t.shape.size() == 2 && hs->second->cols == t.cols() ? &t : nullptr;
+  };
+  const auto type_of = [&](const gguf::TensorInfo& t) { return planned.at(std::string(t.name))->type; };
+  const auto norm = [&](const std::string& name, int64_t cols) -> const gguf::TensorInfo* {
+    const gguf::TensorInfo* t = file.find_tensor(name);
+    const bool ok = t && t->shape.size() == 1 && t->shape[0] == cols &&
+                    (t->type == DType::f32 || t->type == DType::f16 || t->type == DType::bf16);
+    return ok ? t : nullptr;
+  };
+
+  const int64_t total = 3 * n_layer;
+  int64_t done = 0;
+  const auto step = [&] {
+    if (on_group) on_group(++done, total);
+  };
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    // ffn_down, folded into ffn_up's rows.
+    const gguf::TensorInfo* down = member(p + "ffn_down.weight");
+    const gguf::TensorInfo* up = member(p + "ffn_up.weight");
+    const gguf::TensorInfo* gate = member(p + "ffn_gate.weight");
+    std::vector<float> up_rows;
+    if (down && up && gate && up->rows() == down->cols()) {
+      const std::vector<float> w = read_matrix(*down);
+      const AwqMatrix m{.weights = w.data(), .rows = down->rows(), .cols = down->cols(), .type = type_of(*down)};
+      AwqChoice c = awq_choose_scales(std::span(&m, 1), *calibration.hessians.at(std::string(down->name)), options);
+      up_rows.resize(c.scales.size());
+      for (size_t i = 0; i < up_rows.size(); ++i) up_rows[i] = 1.0f / c.scales[i];
+      plan.transforms[std::string(down->name)] = {.col_scale = std::move(c.scales), .row_scale = {}, .alpha = c.alpha};
+    } else {
+      plan.skipped.push_back(p + "ffn_down: no separate ffn_gate/ffn_up with calibration data to fold into");
+    }
+    step();
+    // ffn_gate + ffn_up, folded into ffn_norm.
+    const gguf::TensorInfo* ffn_norm = gate ? norm(p + "ffn_norm.weight", gate->cols()) : nullptr;
+    if (gate && up && ffn_norm && up->cols() == gate->cols()) {
+      const std::vector<float> wg = read_matrix(*gate), wu = read_matrix(*up);
+      const AwqMatrix ms[] = {
+          {.weights = wg.data(), .rows = gate->rows(), .cols = gate->cols(), .type = type_of(*gate)},
+          {.weights = wu.data(), .rows = up->rows(), .cols = up->cols(), .type = type_of(*up),
+           .row_scale = up_rows.empty() ? nullptr : up_rows.data()}};
+      AwqChoice c = awq_choose_scales(ms, *calibration.hessians.at(std::string(gate->name)), options);
+      std::vector<float> n = read_matrix(*ffn_norm);
+      for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
+      plan.folded[std::string(ffn_norm->name)] = std::move(n);
+      plan.folded_alpha[std::string(ffn_norm->name)] = c.alpha;
+      plan.transforms[std::string(gate->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha};
+      plan.transforms[std::string(up->name)] = {.col_scale = std::move(c.scales), .row_scale = std::move(up_rows),
+                                                .alpha = c.alpha};
+    } else {
+      if (!up_rows.empty()) {   // the down scales still need a home: ffn_up alone keeps them
+        plan.transforms[std::string(up->name)] = {.col_scale = std::vector<float>(size_t(up->cols()), 1.0f),
+                                                  .row_scale = std::move(up_rows), .alpha = 0};
+      }
+      plan.skipped.push_back(p + "ffn_gate/ffn_up: no ffn_norm or calibration data");
+    }
+    step();
+    // attn_q + attn_k + attn_v, folded into attn_norm.
+    const gguf::TensorInfo* q = member(p + "attn_q.weight");
+    const gguf::TensorInfo* k = member(p + "attn_k.weight");
+    const gguf::TensorInfo* v = member(p + "attn_v.weight");
+    const gguf::TensorInfo* attn_norm = q ? norm(p + "attn_norm.weight", q->cols()) : nullptr;
+    if (q && k && v && attn_norm && k->cols() == q->cols() && v->cols() == q->cols()) {
+      const std::vector<float> wq = read_matrix(*q), wk = read_matrix(*k), wv = read_matrix(*v);
+      const AwqMatrix ms[] = {{.weights = wq.data(), .rows = q->rows(), .cols = q->cols(), .type = type_of(*q)},
+                              {.weights = wk.data(), .rows = k->rows(), .cols = k->cols(), .type = type_of(*k)},
+                              {.weights = wv.data(), .rows = v->rows(), .cols = v->cols(), .type = type_of(*v)}};
+      AwqChoice c = awq_choose_scales(ms, *calibration.hessians.at(std::string(q->name)), options);
+      std::vector<float> n = read_matrix(*attn_norm);
+      for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
+      plan.folded[std::string(attn_norm->name)] = std::move(n);
+      plan.folded_alpha[std::string(attn_norm->name)] = c.alpha;
+      for (const gguf::TensorInfo* t : {q, k, v}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha};
+    } else {
+      plan.skipped.push_back(p + "attn_q/k/v: no attn_norm or calibration data");
+    }
+    step();
+  }
+  return plan;
+}
+
+}  // namespace ember::quantize

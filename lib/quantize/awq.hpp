@@ -1,0 +1,80 @@
+// AWQ (Lin et al. 2023, "AWQ: Activation-aware Weight Quantization for LLM Compression
+// and Acceleration") for `ember quantize --method awq`: per input channel c of a group of
+// projections that read the same input, the weights are multiplied by a scale s_c before
+// they are rounded, and the input is divided by s_c where it is made (a norm's weight, or
+// the rows of ffn_up that feed ffn_down), so the unquantized product is unchanged and the
+// channels that carry large activations keep more of their precision.
+//
+// The scales are s_c = a_c^alpha, normalised by sqrt(max s * min s), where a_c is the rms
+// of the calibration inputs on channel c (sqrt(H[c][c] / rows), from the same Hessian
+// H = sum x^T x that GPTQ uses; the paper takes the mean |x|). alpha is searched on a grid
+// of `grid` points in [0, 1) (alpha = 0 is round-to-nearest) for the smallest layer-wise
+// output error summed over the group's matrices,
+//   loss = sum over rows r of e_r H e_r^T,  e_r = the row as a reader dequantizes it
+//                                           (scales undone) minus the original row,
+// evaluated on at most `search_rows` rows of each matrix (evenly spaced). Any type
+// `quantize_values` writes can be the target, so the output is an ordinary GGUF file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.hpp"
+#include "quant/dtype.hpp"
+#include "quantize/calibration.hpp"
+#include "quantize/type_rules.hpp"
+
+namespace ember::quantize {
+
+struct AwqOptions {
+  int grid = 20;                  // alpha in {0, 1/grid, ..., (grid-1)/grid}
+  int64_t search_rows = 256;      // rows of each matrix the loss is evaluated on
+  int threads = 1;                // candidates are spread over threads
+};
+
+// One matrix of a group: [rows][cols] floats, the type it will be written in, and an
+// optional per-row scale already folded into it (ffn_up rows that feed a scaled
+// ffn_down: the matrix quantized is w * row_scale[r] * s_c).
+struct AwqMatrix {
+  const float* weights = nullptr;
+  int64_t rows = 0, cols = 0;
+  quant::DType type = quant::DType::q4_0;
+  const float* row_scale = nullptr;   // [rows] or null
+};
+
+struct AwqChoice {
+  double alpha = 0;
+  std::vector<float> scales;          // [cols], s_c for the chosen alpha
+  double loss = 0, loss_rtn = 0;      // the chosen candidate's and alpha = 0's
+};
+
+// Searches alpha for one group; all matrices have cols == h.cols. Throws invalid_argument
+// for mismatched sizes or options.
+AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options);
+
+// What the file writer applies: per quantized tensor, column scales and optional row
+// scales; per folded 1-D tensor (a norm's weight), its new values (written as F32).
+struct AwqTransform {
+  std::vector<float> col_scale;       // [cols]
+  std::vector<float> row_scale;       // [rows] or empty
+  double alpha = 0;
+};
+struct AwqPlan {
+  std::map<std::string, AwqTransform> transforms;
+  std::map<std::string, std::vector<float>> folded;
+  std::map<std::string, double> folded_alpha;
+  std::vector<std::string> skipped;   // groups left to round-to-nearest, with the reason
+};
+
+// Per layer: ffn_down (folded into ffn_up's rows), then ffn_gate + ffn_up (folded into
+// ffn_norm), then attn_q + attn_k + attn_v (folded into attn_norm). A group is searched
+// only when all its tensors are quantized, separate, seen by the calibration, and its fold
+// target exists with the right length; attn_output is left alone (with grouped-query
+// attention its input channels come from shared value heads). `on_group` reports progress.
+AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, const Calibration& calibration,
+                 const AwqOptions& options, const std::function<void(int64_t done, int64_t total)>& on_group = {});
+
+}  // namespace ember::quantize

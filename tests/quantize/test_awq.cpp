@@ -1,0 +1,231 @@
+// AWQ (lib/quantize/awq.hpp, quantize_model --method awq): the scale search on a group
+// whose inputs have outlier channels, the loss it reports against a direct computation,
+// the folding into norms and ffn_up rows on a whole model, and the error paths.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "common/expect_error.hpp"
+#include "common/paths.hpp"
+#include "ember/model.hpp"
+#include "ember/quantize.hpp"
+#include "ember/session.hpp"
+#include "gguf/gguf.hpp"
+#include "quant/quant.hpp"
+#include "quantize/awq.hpp"
+#include "quantize/weight_quantizers.hpp"
+
+namespace fs = std::filesystem;
+using ember::ErrorCode;
+using ember::quant::DType;
+using ember::test::expect_error;
+
+namespace {
+
+// Inputs [n][cols] with a few channels 30x larger than the rest (as LLM activations have),
+// a weight matrix [rows][cols], and H = sum x^T x.
+struct Case {
+  int64_t rows = 48, cols = 256, n = 1024;
+  std::vector<float> x, w;
+  ember::quantize::Hessian h;
+};
+
+Case outlier_case() {
+  Case c;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  c.x.resize(size_t(c.n * c.cols));
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t j = 0; j < c.cols; ++j) c.x[size_t(i * c.cols + j)] = g(rng) * (j % 37 == 5 ? 30.0f : 1.0f);
+  c.w.resize(size_t(c.rows * c.cols));
+  for (float& v : c.w) v = g(rng) * 0.05f;
+  c.h.cols = c.cols;
+  c.h.rows_seen = c.n;
+  c.h.h.assign(size_t(c.cols * c.cols), 0.0);
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t a = 0; a < c.cols; ++a)
+      for (int64_t b = 0; b < c.cols; ++b)
+        c.h.h[size_t(a * c.cols + b)] += double(c.x[size_t(i * c.cols + a)]) * c.x[size_t(i * c.cols + b)];
+  return c;
+}
+
+// sum over inputs and rows of ((w_hat - w) x)^2 / n, with w_hat = deq(q(w * s)) / s.
+double output_error(const Case& c, DType type, const std::vector<float>& s) {
+  std::vector<float> scaled(size_t(c.cols)), back(size_t(c.cols)), e(size_t(c.rows * c.cols));
+  std::vector<std::byte> q(ember::quant::row_bytes(type, c.cols));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t j = 0; j < c.cols; ++j) scaled[size_t(j)] = c.w[size_t(r * c.cols + j)] * s[size_t(j)];
+    ember::quantize::quantize_values(type, scaled.data(), q.data(), c.cols);
+    ember::quant::dequantize_row(type, q.data(), back.data(), c.cols);
+    for (int64_t j = 0; j < c.cols; ++j)
+      e[size_t(r * c.cols + j)] = back[size_t(j)] / s[size_t(j)] - c.w[size_t(r * c.cols + j)];
+  }
+  double total = 0;
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t r = 0; r < c.rows; ++r) {
+      double y = 0;
+      for (int64_t j = 0; j < c.cols; ++j) y += double(e[size_t(r * c.cols + j)]) * c.x[size_t(i * c.cols + j)];
+      total += y * y;
+    }
+  return total / double(c.n);
+}
+
+}  // namespace
+
+TEST_CASE("AWQ scales cut the output error of inputs with outlier channels", "[quantize][awq]") {
+  const Case c = outlier_case();
+  for (DType type : {DType::q4_0, DType::q4_k}) {
+    INFO(ember::quant::type_name(type));
+    const ember::quantize::AwqMatrix m{.weights = c.w.data(), .rows = c.rows, .cols = c.cols, .type = type};
+    const ember::quantize::AwqChoice choice =
+        ember::quantize::awq_choose_scales(std::span(&m, 1), c.h, {.grid = 20, .search_rows = 1000, .threads = 2});
+    const double rtn = output_error(c, type, std::vector<float>(size_t(c.cols), 1.0f));
+    const double awq = output_error(c, type, choice.scales);
+    CHECK(choice.alpha > 0.0);
+    CHECK(awq < 0.7 * rtn);
+    // The reported losses are the output errors over the calibration inputs (all rows searched).
+    CHECK(choice.loss == Approx(awq).epsilon(1e-3));
+    CHECK(choice.loss_rtn == Approx(rtn).epsilon(1e-3));
+    // Larger activations get larger scales.
+    CHECK(choice.scales[5] > choice.scales[6]);
+  }
+}
+
+TEST_CASE("AWQ rejects bad groups and options", "[quantize][awq]") {
+  const Case c = outlier_case();
+  const ember::quantize::AwqMatrix m{.weights = c.w.data(), .rows = c.rows, .cols = c.cols, .type = DType::q4_0};
+  const auto run = [&](const ember::quantize::AwqMatrix& mm, const ember::quantize::AwqOptions& o) {
+    (void)ember::quantize::awq_choose_scales(std::span(&mm, 1), c.h, o);
+  };
+  expect_error([&] { run(m, {.grid = 0}); }, ErrorCode::invalid_argument, "grid is 0");
+  expect_error([&] { run(m, {.search_rows = 0}); }, ErrorCode::invalid_argument, "search_rows is 0");
+  ember::quantize::AwqMatrix narrow = m;
+  narrow.cols = 128;
+  expect_error([&] { run(narrow, {}); }, ErrorCode::invalid_argument, "does not fit the 256-wide Hessian");
+}
+
+namespace {
+
+fs::path llama_f16() { return ember::test::golden_dir() / "llama-F16.gguf"; }
+
+fs::path scratch(const std::string& tag) {
+  const fs::path dir = fs::temp_directory_path() / ("ember_test_awq_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write_text(const fs::path& path, int paragraphs) {
+  std::ofstream out(path);
+  for (int i = 0; i < paragraphs; ++i)
+    out << "Section " << i << ". The harbour master logged " << i * 11 % 17 << " ships before noon, and the "
+        << "weather station reported a light westerly wind with scattered showers over the northern hills.\n";
+}
+
+ember::QuantizeOptions awq_options(const fs::path& calib, ember::QuantRecipe recipe) {
+  ember::QuantizeOptions options;
+  options.recipe = recipe;
+  options.method = ember::QuantMethod::awq;
+  options.calibration_text = calib.string();
+  options.samples = 16;
+  options.sample_tokens = 64;
+  options.threads = 2;
+  return options;
+}
+
+// Logits of every token of `ids` with the model in `path`.
+std::vector<float> logits_of(const fs::path& path, const std::vector<int32_t>& ids) {
+  auto model = ember::Model::load(path.string(), {.threads = 2});
+  auto session = model->new_session();
+  return session->evaluate(ids);
+}
+
+double rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(s / double(a.size()));
+}
+
+}  // namespace
+
+TEST_CASE("quantize --method awq folds the scales so the model computes the same function", "[quantize][awq]") {
+  REQUIRE(fs::exists(llama_f16()));
+  const fs::path dir = scratch("model");
+  write_text(dir / "calib.txt", 60);
+  // Q8_0 everywhere: the quantization error is small, so a wrong fold (scales applied to
+  // the weights but not undone in the norms / ffn_up rows) would dominate the difference.
+  int64_t searches = 0;
+  ember::QuantizeOptions options = awq_options(dir / "calib.txt", ember::QuantRecipe::q8_0);
+  options.on_search = [&](const ember::SearchProgress& p) {
+    ++searches;
+    CHECK(p.group == searches);
+  };
+  const ember::QuantizeReport awq = ember::quantize_model(llama_f16().string(), (dir / "awq.gguf").string(), options);
+  ember::QuantizeOptions rtn_options;
+  rtn_options.recipe = ember::QuantRecipe::q8_0;
+  ember::quantize_model(llama_f16().string(), (dir / "rtn.gguf").string(), rtn_options);
+
+  const ember::gguf::File src = ember::gguf::File::open(llama_f16());
+  const int64_t n_layer = int64_t(src.get_uint("llama.block_count"));
+  CHECK(searches == 3 * n_layer);
+  CHECK(awq.awq_skipped.empty());
+  int64_t scaled = 0, folded = 0;
+  for (const ember::QuantizedTensor& t : awq.tensors) {
+    INFO(t.name);
+    const bool projection = t.name.find("attn_q.") != std::string::npos || t.name.find("attn_k.") != std::string::npos ||
+                            t.name.find("attn_v.") != std::string::npos || t.name.find("ffn_") != std::string::npos;
+    const bool norm = t.name.find("attn_norm") != std::string::npos || t.name.find("ffn_norm") != std::string::npos;
+    if (t.quantized) CHECK(t.awq == projection);
+    if (norm) {
+      CHECK(t.awq);
+      CHECK(t.type_out == "F32");
+    }
+    scaled += t.quantized && t.awq && t.awq_alpha > 0;
+    folded += norm && t.awq_alpha > 0;
+  }
+  CHECK(scaled > 0);
+  CHECK(folded > 0);
+
+  auto model = ember::Model::load(llama_f16().string(), {.threads = 2});
+  const std::vector<int32_t> ids = model->tokenize("The harbour master logged the ships and the weather station", true);
+  const std::vector<float> ref = logits_of(llama_f16(), ids);
+  const double e_awq = rms_diff(logits_of(dir / "awq.gguf", ids), ref);
+  const double e_rtn = rms_diff(logits_of(dir / "rtn.gguf", ids), ref);
+  INFO("rms logit error: awq " << e_awq << ", rtn " << e_rtn);
+  CHECK(e_awq < 2.0 * e_rtn);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("quantize --method awq: bad input is a typed error and leaves no output", "[quantize][awq]") {
+  REQUIRE(fs::exists(llama_f16()));
+  const fs::path dir = scratch("errors");
+  const fs::path out = dir / "out.gguf";
+  write_text(dir / "calib.txt", 40);
+  const auto run = [&](const ember::QuantizeOptions& options) {
+    ember::quantize_model(llama_f16().string(), out.string(), options);
+  };
+  SECTION("no calibration text") {
+    expect_error([&] { run(awq_options("", ember::QuantRecipe::q4_k_m)); }, ErrorCode::invalid_argument,
+                 "--method awq needs a calibration text");
+  }
+  SECTION("a calibration text that does not exist") {
+    expect_error([&] { run(awq_options(dir / "missing.txt", ember::QuantRecipe::q4_0)); }, ErrorCode::io, "missing.txt");
+  }
+  SECTION("zero samples") {
+    ember::QuantizeOptions options = awq_options(dir / "calib.txt", ember::QuantRecipe::q4_0);
+    options.samples = 0;
+    expect_error([&] { run(options); }, ErrorCode::invalid_argument, "samples is 0");
+  }
+  CHECK_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  fs::remove_all(dir);
+}
