@@ -26,15 +26,6 @@
 namespace ember::cli {
 namespace {
 
-// log softmax(row)[target], in double.
-double log_prob(std::span<const float> row, int32_t target) {
-  float max_logit = row[0];
-  for (float v : row) max_logit = std::max(max_logit, v);
-  double sum = 0.0;
-  for (float v : row) sum += std::exp(double(v) - max_logit);
-  return double(row[size_t(target)]) - max_logit - std::log(sum);
-}
-
 // The whole text as one stream through a bounded cache.
 int stream_perplexity(const Args& args, Model& model, const std::vector<int32_t>& tokens, SessionOptions options) {
   const auto batch = size_t(args.get_int("--batch", 16, 1, 4096));
@@ -80,7 +71,7 @@ int stream_perplexity(const Args& args, Model& model, const std::vector<int32_t>
       if (at == p0 && p0 > 0 && bos >= 0) part[0] = bos;
       session->evaluate(part, [&](size_t j, std::span<const float> row) {
         const size_t target = at + j + 1;
-        const double nll = -log_prob(row, tokens[target]);
+        const double nll = -token_log_prob(row, tokens[target]);
         total += nll, seg_sum += nll;
         ++total_n, ++seg_n;
         if (seg_n == segment) close_segment(target);
@@ -121,18 +112,7 @@ int cmd_perplexity(const std::vector<std::string>& argv) {
   std::vector<int32_t> tokens = model->tokenize(text, true, false);
   if (args.has("--tokens")) tokens.resize(std::min(tokens.size(), size_t(args.get_int("--tokens", 0, 2, 1 << 30))));
   if (args.has("--stream")) return stream_perplexity(args, *model, tokens, options);
-  int64_t n_chunk = int64_t(tokens.size()) / ctx;
-  if (max_chunks >= 0) n_chunk = std::min(n_chunk, max_chunks);
-  if (n_chunk < 1)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("the text has {} tokens, fewer than one chunk of --ctx {}", tokens.size(), ctx));
-
-  options.prefill_chunk_size = std::min<int32_t>(ctx, 512);
-  auto session = model->new_session(options);
-  const int32_t bos = model->bos_token();
-  const bool adds_bos = bos >= 0 && tokens.front() == bos;
-  const size_t first = size_t(ctx / 2);
-
+  PerplexityOptions popts{.ctx = ctx, .max_chunks = max_chunks, .session = options, .keep_nll = args.has("--nll")};
   // --nll FILE: every scored token's negative log-likelihood, one per line, so that two
   // runs over the same text can be compared token by token (bench/kv_quality.py).
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> nll_out(nullptr, &std::fclose);
@@ -140,33 +120,16 @@ int cmd_perplexity(const std::vector<std::string>& argv) {
     nll_out.reset(std::fopen(args.get("--nll").c_str(), "w"));
     if (!nll_out) throw Error(ErrorCode::io, fmt::format("cannot write '{}'", args.get("--nll")));
   }
-  double nll_sum = 0.0, nll_sq_sum = 0.0;
-  int64_t scored = 0;
   ProgressBar bar("perplexity");
-  for (int64_t c = 0; c < n_chunk; ++c) {
-    std::vector<int32_t> chunk(tokens.begin() + long(c * ctx), tokens.begin() + long((c + 1) * ctx));
-    if (adds_bos) chunk[0] = bos;
-    session->reset();
-    session->evaluate(chunk, [&](size_t j, std::span<const float> row) {
-      if (j < first || j + 1 >= chunk.size()) return;
-      const double nll = -log_prob(row, chunk[j + 1]);
-      nll_sum += nll;
-      nll_sq_sum += nll * nll;
-      ++scored;
-      if (nll_out) std::fprintf(nll_out.get(), "%.6f\n", nll);
-    });
-    bar.update(double(c + 1) / double(n_chunk));
-    if (args.has("--verbose"))
-      std::fprintf(stderr, "[%lld] %.4f\n", static_cast<long long>(c + 1), std::exp(nll_sum / double(scored)));
-  }
+  popts.on_chunk = [&](int64_t c, int64_t n, double running) {
+    bar.update(double(c) / double(n));
+    if (args.has("--verbose")) std::fprintf(stderr, "[%lld] %.4f\n", static_cast<long long>(c), running);
+  };
+  const PerplexityResult r = perplexity(*model, tokens, popts);
   bar.done();
-  const double mean = nll_sum / double(scored);
-  const double ppl = std::exp(mean);
-  // Standard error of the mean NLL, carried to the perplexity.
-  const double var = std::max(0.0, nll_sq_sum / double(scored) - mean * mean);
-  const double err = ppl * std::sqrt(var / double(std::max<int64_t>(scored - 1, 1)));
-  std::printf("perplexity: %.4f +/- %.4f (%lld chunks of %d tokens, %lld tokens scored, %zu in the text)\n", ppl, err,
-              static_cast<long long>(n_chunk), ctx, static_cast<long long>(scored), tokens.size());
+  for (double nll : r.nll) std::fprintf(nll_out.get(), "%.6f\n", nll);
+  std::printf("perplexity: %.4f +/- %.4f (%lld chunks of %d tokens, %lld tokens scored, %zu in the text)\n", r.perplexity,
+              r.error, static_cast<long long>(r.chunks), ctx, static_cast<long long>(r.scored), tokens.size());
   return 0;
 }
 

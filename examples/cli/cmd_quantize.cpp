@@ -4,6 +4,8 @@
 // llama-quantize's positional form `IN OUT TYPE [THREADS]` is accepted too.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -27,8 +29,9 @@ std::string shape_of(const std::vector<int64_t>& shape) {
 }  // namespace
 
 int cmd_quantize(const std::vector<std::string>& argv) {
-  const std::vector<std::string> flags = {"--type", "--threads", "--method", "--calib", "--samples", "--sample-tokens",
-                                          "--damp"};
+  const std::vector<std::string> flags = {"--type",  "--threads", "--method",     "--calib",    "--samples",
+                                          "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
+                                          "--max-ppl-rise"};
   const std::vector<std::string> switches = {"--pure"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
@@ -36,9 +39,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     const std::string& a = argv[i];
     if (a.size() > 1 && a[0] == '-') {
       named.push_back(a);
-      const bool takes_value = a == "--type" || a == "--threads" || a == "-t" || a == "-ngl" || a == "--n-gpu-layers" ||
-                               a == "--method" || a == "--calib" || a == "--samples" || a == "--sample-tokens" ||
-                               a == "--damp";
+      const bool takes_value = a == "-t" || a == "-ngl" || a == "--n-gpu-layers" ||
+                               std::find(flags.begin(), flags.end(), a) != flags.end();
       if (takes_value && i + 1 < argv.size()) named.push_back(argv[++i]);
     } else {
       positional.push_back(a);
@@ -99,6 +101,30 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   } else if (args.has("--calib")) {
     throw UsageError("--calib is used by --method gptq and awq only");
   }
+  if (args.has("--eval")) {
+    options.eval_text = args.get("--eval");
+    options.eval_ctx = int32_t(args.get_int("--eval-ctx", 512, 8, 1 << 20));
+    options.eval_chunks = args.get_int("--eval-chunks", -1, -1, 1 << 30);
+    options.on_eval = [](int model, int64_t c, int64_t n) {
+      std::fprintf(stderr, "\rember quantize: perplexity of the %s, chunk %lld/%lld", model == 0 ? "input " : "output",
+                   static_cast<long long>(c), static_cast<long long>(n));
+      if (c == n) std::fprintf(stderr, "\n");
+    };
+  } else if (args.has("--eval-ctx") || args.has("--eval-chunks") || args.has("--max-ppl-rise")) {
+    throw UsageError("--eval-ctx, --eval-chunks and --max-ppl-rise need --eval FILE");
+  }
+  if (args.has("--max-ppl-rise")) {
+    // "5%" or "0.05".
+    std::string rise = args.get("--max-ppl-rise");
+    const bool percent = !rise.empty() && rise.back() == '%';
+    if (percent) rise.pop_back();
+    char* end = nullptr;
+    const double v = std::strtod(rise.c_str(), &end);
+    if (rise.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
+      throw UsageError(fmt::format("--max-ppl-rise must be a positive fraction or percentage, got '{}'",
+                                   args.get("--max-ppl-rise")));
+    options.max_ppl_rise = percent ? v / 100.0 : v;
+  }
   const std::string& in = positional[0];
   const std::string& out = positional[1];
   options.on_tensor = [](const QuantizeProgress& p) {
@@ -147,6 +173,18 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     std::printf("gptq: calibrated on %lld samples, %lld tokens of '%s', damp %g\n",
                 static_cast<long long>(report.calibration_samples), static_cast<long long>(report.calibration_tokens),
                 options.calibration_text.c_str(), options.damp);
+  if (!options.eval_text.empty()) {
+    const double rise = 100.0 * (report.ppl_after / report.ppl_before - 1.0);
+    std::printf("perplexity of '%s' (%lld tokens scored, --eval-ctx %d): input %.4f +/- %.4f, output %.4f +/- %.4f "
+                "(%+.2f%%)\n",
+                options.eval_text.c_str(), static_cast<long long>(report.eval_scored), options.eval_ctx,
+                report.ppl_before, report.ppl_before_error, report.ppl_after, report.ppl_after_error, rise);
+    if (report.rejected) {
+      std::fprintf(stderr, "ember quantize: the perplexity rose by %.2f%%, more than --max-ppl-rise %.2f%%: %s was not written\n",
+                   rise, 100.0 * options.max_ppl_rise, out.c_str());
+      return 1;
+    }
+  }
   if (options.method == QuantMethod::awq) {
     std::printf("awq: calibrated on %lld samples, %lld tokens of '%s'\n", static_cast<long long>(report.calibration_samples),
                 static_cast<long long>(report.calibration_tokens), options.calibration_text.c_str());

@@ -8,6 +8,7 @@
 #include "ember/log.hpp"
 #include "ember/metrics.hpp"
 #include "ember/model.hpp"
+#include "ember/perplexity.hpp"
 #include "ember/quantize.hpp"
 #include "ember/sampler.hpp"
 #include "ember/session.hpp"

@@ -90,6 +90,16 @@ struct QuantizeOptions {
   double damp = 0.01;             // GPTQ damping: lambda = damp * mean(diag H), > 0
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
   std::function<void(const SearchProgress&)> on_search;            // optional (awq)
+  // --eval FILE: the perplexity of this text (llama-perplexity's scoring, ember/perplexity.hpp)
+  // with the input and with the output, in the report. --max-ppl-rise R (> 0): when the
+  // output's perplexity exceeds the input's by more than the fraction R, OUT is not written
+  // (QuantizeReport::rejected; no exception: the figures are the answer).
+  std::string eval_text;          // empty: no evaluation
+  int32_t eval_ctx = 512;         // tokens per chunk, >= 8
+  int64_t eval_chunks = -1;       // -1: every whole chunk of the text
+  double max_ppl_rise = 0;        // 0: no gate; e.g. 0.05 for 5 %
+  // After each evaluated chunk: model 0 = the input, 1 = the output.
+  std::function<void(int model, int64_t chunk, int64_t chunks)> on_eval;
 };
 
 struct QuantizeReport {
@@ -102,6 +112,10 @@ struct QuantizeReport {
   uint32_t file_type = 0;         // general.file_type written (llama_ftype)
   int64_t calibration_samples = 0, calibration_tokens = 0;   // gptq/awq: what was run
   std::vector<std::string> awq_skipped;   // awq: projection groups left to round-to-nearest, and why
+  // eval_text: perplexity with the input and the output, their standard errors, tokens scored.
+  double ppl_before = 0, ppl_before_error = 0, ppl_after = 0, ppl_after_error = 0;
+  int64_t eval_scored = 0;
+  bool rejected = false;          // max_ppl_rise exceeded: OUT was not written
   // Things the caller should know, e.g. that the input was already quantized.
   std::vector<std::string> warnings;
 };

@@ -10,11 +10,15 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <system_error>
 #include <thread>
 
 #include "common/fail.hpp"
+#include "ember/model.hpp"
+#include "ember/perplexity.hpp"
 #include "ember/quantize.hpp"
 #include "gguf/gguf.hpp"
 #include "model/arch.hpp"
@@ -221,6 +225,20 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   } else {
     require(options.method == QuantMethod::rtn, "quantize: unknown method {}", int(options.method));
   }
+  require(options.max_ppl_rise >= 0 && std::isfinite(options.max_ppl_rise), "quantize: max_ppl_rise is {}, must be >= 0",
+          options.max_ppl_rise);
+  require(options.max_ppl_rise == 0 || !options.eval_text.empty(),
+          "quantize: --max-ppl-rise needs an evaluation text (--eval FILE)");
+  require(options.eval_ctx >= 8, "quantize: eval_ctx is {}, must be at least 8", options.eval_ctx);
+  std::string eval_text;
+  if (!options.eval_text.empty()) {
+    std::ifstream in(options.eval_text, std::ios::binary);
+    std::ostringstream text;
+    if (in) text << in.rdbuf();
+    if (!in || in.bad()) fail(ErrorCode::io, "quantize: cannot read the evaluation text '{}'", options.eval_text);
+    eval_text = text.str();
+    if (!eval_text.empty() && eval_text.back() == '\n') eval_text.pop_back();
+  }
 
   const auto file_ptr = std::make_shared<const gguf::File>(gguf::File::open(input));
   const gguf::File& file = *file_ptr;
@@ -354,6 +372,31 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   }
   std::error_code ec;
   report.file_bytes = fs::file_size(temp.path(), ec);
+  if (!eval_text.empty()) {
+    // Both models through ember's own forward pass, one after the other.
+    const auto eval = [&](const fs::path& path, int which) {
+      ModelOptions model_options;
+      model_options.threads = options.threads;
+      const auto model = Model::load(path, model_options);
+      PerplexityOptions eval_options;
+      eval_options.ctx = options.eval_ctx;
+      eval_options.max_chunks = options.eval_chunks;
+      eval_options.on_chunk = [&](int64_t c, int64_t n, double) {
+        if (options.on_eval) options.on_eval(which, c, n);
+      };
+      return perplexity(*model, std::string_view(eval_text), eval_options);
+    };
+    const PerplexityResult before = eval(input, 0), after = eval(temp.path(), 1);
+    report.ppl_before = before.perplexity;
+    report.ppl_before_error = before.error;
+    report.ppl_after = after.perplexity;
+    report.ppl_after_error = after.error;
+    report.eval_scored = after.scored;
+    if (options.max_ppl_rise > 0 && after.perplexity > before.perplexity * (1.0 + options.max_ppl_rise)) {
+      report.rejected = true;   // the temporary is removed by its destructor
+      return report;
+    }
+  }
   temp.commit();
   return report;
 }

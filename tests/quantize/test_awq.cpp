@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common/expect_error.hpp"
 #include "common/paths.hpp"
 #include "ember/model.hpp"
+#include "ember/perplexity.hpp"
 #include "ember/quantize.hpp"
 #include "ember/session.hpp"
 #include "gguf/gguf.hpp"
@@ -227,5 +229,62 @@ TEST_CASE("quantize --method awq: bad input is a typed error and leaves no outpu
   CHECK_FALSE(fs::exists(out));
   for (const auto& e : fs::directory_iterator(dir))
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("quantize --eval reports both perplexities and --max-ppl-rise keeps a worse file out", "[quantize][eval]") {
+  REQUIRE(fs::exists(llama_f16()));
+  const fs::path dir = scratch("eval");
+  write_text(dir / "eval.txt", 40);
+  const fs::path out = dir / "out.gguf";
+  ember::QuantizeOptions options;
+  options.recipe = ember::QuantRecipe::q4_0;
+  options.threads = 2;
+  options.eval_text = (dir / "eval.txt").string();
+  options.eval_ctx = 64;
+  int64_t calls[2] = {0, 0};
+  options.on_eval = [&](int model, int64_t chunk, int64_t) { calls[model] = chunk; };
+  const ember::QuantizeReport first = ember::quantize_model(llama_f16().string(), out.string(), options);
+  REQUIRE(fs::exists(out));
+  CHECK_FALSE(first.rejected);
+  CHECK(calls[0] > 1);
+  CHECK(calls[1] == calls[0]);
+  CHECK(first.eval_scored == calls[0] * 31);   // 31 tokens scored per chunk of 64
+
+  // The same figures as ember::perplexity on each file.
+  std::string text;
+  {
+    std::ifstream in(dir / "eval.txt");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    text.pop_back();   // the trailing newline, as quantize drops it
+  }
+  ember::PerplexityOptions popts;
+  popts.ctx = 64;
+  const auto source = ember::Model::load(llama_f16().string(), {.threads = 2});
+  const auto written = ember::Model::load(out.string(), {.threads = 2});
+  CHECK(first.ppl_before == Approx(ember::perplexity(*source, text, popts).perplexity).epsilon(1e-12));
+  CHECK(first.ppl_after == Approx(ember::perplexity(*written, text, popts).perplexity).epsilon(1e-12));
+  const double rise = first.ppl_after / first.ppl_before - 1.0;
+  INFO("perplexity " << first.ppl_before << " -> " << first.ppl_after);
+  REQUIRE(rise > 0.0);   // Q4_0 of this model costs some perplexity on this text
+
+  fs::remove(out);
+  options.max_ppl_rise = rise / 2;
+  const ember::QuantizeReport strict = ember::quantize_model(llama_f16().string(), out.string(), options);
+  CHECK(strict.rejected);
+  CHECK(strict.ppl_after == first.ppl_after);
+  CHECK_FALSE(fs::exists(out));
+  options.max_ppl_rise = rise * 2;
+  CHECK_FALSE(ember::quantize_model(llama_f16().string(), out.string(), options).rejected);
+  CHECK(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+
+  options.eval_text.clear();
+  expect_error([&] { ember::quantize_model(llama_f16().string(), out.string(), options); }, ErrorCode::invalid_argument,
+               "--max-ppl-rise needs an evaluation text");
+  options.eval_text = (dir / "missing.txt").string();
+  expect_error([&] { ember::quantize_model(llama_f16().string(), out.string(), options); }, ErrorCode::io,
+               "cannot read the evaluation text");
   fs::remove_all(dir);
 }
