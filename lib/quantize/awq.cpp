@@ -1,7 +1,6 @@
 // AWQ scale search and the per-layer plan (awq.hpp).
 #include "quantize/awq.hpp"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,7 +13,6 @@ namespace ember::quantize {
 namespace {
 
 using quant::DType;
-using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // s_c = a_c^alpha / sqrt(max * min) with a_c the rms of channel c (dead channels lifted
 // to a millionth of the largest, so that no scale is 0 or infinite).
@@ -28,31 +26,6 @@ std::vector<float> scales_for(const std::vector<double>& rms, double alpha) {
   std::vector<float> out(rms.size());
   for (size_t c = 0; c < rms.size(); ++c) out[c] = float(s[c] / norm);
   return out;
-}
-
-// The rows the loss is evaluated on: evenly spaced, at most `limit`.
-std::vector<int64_t> sample_rows(int64_t rows, int64_t limit) {
-  std::vector<int64_t> out;
-  const int64_t n = std::min(rows, limit);
-  for (int64_t i = 0; i < n; ++i) out.push_back(i * rows / n);
-  return out;
-}
-
-// The error rows e (original space) of matrix m's sampled rows, quantized with scales s.
-void error_rows(const AwqMatrix& m, const std::vector<int64_t>& rows, const std::vector<float>& s, RowMajorF& e) {
-  const int64_t cols = m.cols;
-  std::vector<float> scaled(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
-  std::vector<std::byte> q(quant::row_bytes(m.type, cols));
-  e.resize(int64_t(rows.size()), cols);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const int64_t r = rows[i];
-    const float* w = m.weights + r * cols;
-    const float rs = m.row_scale ? m.row_scale[r] : 1.0f;
-    for (int64_t c = 0; c < cols; ++c) scaled[size_t(c)] = w[c] * rs * s[size_t(c)];
-    quantize_values(m.type, scaled.data(), q.data(), cols);
-    quant::dequantize_row(m.type, q.data(), back.data(), cols);
-    for (int64_t c = 0; c < cols; ++c) e(int64_t(i), c) = back[size_t(c)] / (rs * s[size_t(c)]) - w[c];
-  }
 }
 
 }  // namespace
@@ -70,25 +43,17 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
   const int64_t cols = h.cols;
   std::vector<double> rms(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; ++c) rms[size_t(c)] = std::sqrt(std::max(0.0, h.h[size_t(c * cols + c)]) / double(h.rows_seen));
-  // H in float, scaled to the mean square of one row (the loss's units do not matter).
-  RowMajorF hf(cols, cols);
-  const double inv = 1.0 / double(h.rows_seen);
-  for (int64_t i = 0; i < cols * cols; ++i) hf.data()[i] = float(h.h[size_t(i)] * inv);
+  const OutputError loss_of(&h, cols);
   std::vector<std::vector<int64_t>> rows;
   for (const AwqMatrix& m : group) rows.push_back(sample_rows(m.rows, options.search_rows));
 
   std::vector<double> losses(size_t(options.grid));
   const int n_threads = std::min(options.threads, options.grid);
   run_parallel(n_threads, [&](int t) {
-    RowMajorF e, eh;
     for (int k = t; k < options.grid; k += n_threads) {
       const std::vector<float> s = scales_for(rms, double(k) / options.grid);
       double loss = 0;
-      for (size_t g = 0; g < group.size(); ++g) {
-        error_rows(group[g], rows[g], s, e);
-        eh.noalias() = e * hf;
-        loss += double(eh.cwiseProduct(e).sum());
-      }
+      for (size_t g = 0; g < group.size(); ++g) loss += loss_of.error(group[g], s, rows[g]);
       losses[size_t(k)] = loss;
     }
   });

@@ -25,6 +25,7 @@
 #include "gguf/gguf.hpp"
 #include "quant/dtype.hpp"
 #include "quantize/calibration.hpp"
+#include "quantize/output_error.hpp"
 #include "quantize/type_rules.hpp"
 
 namespace ember::quantize {
@@ -33,16 +34,6 @@ struct AwqOptions {
   int grid = 20;                  // alpha in {0, 1/grid, ..., (grid-1)/grid}
   int64_t search_rows = 256;      // rows of each matrix the loss is evaluated on
   int threads = 1;                // candidates are spread over threads
-};
-
-// One matrix of a group: [rows][cols] floats, the type it will be written in, and an
-// optional per-row scale already folded into it (ffn_up rows that feed a scaled
-// ffn_down: the matrix quantized is w * row_scale[r] * s_c).
-struct AwqMatrix {
-  const float* weights = nullptr;
-  int64_t rows = 0, cols = 0;
-  quant::DType type = quant::DType::q4_0;
-  const float* row_scale = nullptr;   // [rows] or null
 };
 
 struct AwqChoice {

@@ -117,6 +117,12 @@ namespace {
 
 fs::path llama_f16() { return ember::test::golden_dir() / "llama-F16.gguf"; }
 
+ember::ModelOptions two_threads() {
+  ember::ModelOptions options;
+  options.threads = 2;
+  return options;
+}
+
 fs::path scratch(const std::string& tag) {
   const fs::path dir = fs::temp_directory_path() / ("ember_test_awq_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -144,7 +150,7 @@ ember::QuantizeOptions awq_options(const fs::path& calib, ember::QuantRecipe rec
 
 // Logits of every token of `ids` with the model in `path`.
 std::vector<float> logits_of(const fs::path& path, const std::vector<int32_t>& ids) {
-  auto model = ember::Model::load(path.string(), {.threads = 2});
+  auto model = ember::Model::load(path.string(), two_threads());
   auto session = model->new_session();
   return session->evaluate(ids);
 }
@@ -196,7 +202,7 @@ TEST_CASE("quantize --method awq folds the scales so the model computes the same
   CHECK(scaled > 0);
   CHECK(folded > 0);
 
-  auto model = ember::Model::load(llama_f16().string(), {.threads = 2});
+  auto model = ember::Model::load(llama_f16().string(), two_threads());
   const std::vector<int32_t> ids = model->tokenize("The harbour master logged the ships and the weather station", true);
   const std::vector<float> ref = logits_of(llama_f16(), ids);
   const double e_awq = rms_diff(logits_of(dir / "awq.gguf", ids), ref);
@@ -260,8 +266,8 @@ TEST_CASE("quantize --eval reports both perplexities and --max-ppl-rise keeps a 
   }
   ember::PerplexityOptions popts;
   popts.ctx = 64;
-  const auto source = ember::Model::load(llama_f16().string(), {.threads = 2});
-  const auto written = ember::Model::load(out.string(), {.threads = 2});
+  const auto source = ember::Model::load(llama_f16().string(), two_threads());
+  const auto written = ember::Model::load(out.string(), two_threads());
   CHECK(first.ppl_before == Approx(ember::perplexity(*source, text, popts).perplexity).epsilon(1e-12));
   CHECK(first.ppl_after == Approx(ember::perplexity(*written, text, popts).perplexity).epsilon(1e-12));
   const double rise = first.ppl_after / first.ppl_before - 1.0;
