@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +32,7 @@ std::string shape_of(const std::vector<int64_t>& shape) {
 int cmd_quantize(const std::vector<std::string>& argv) {
   const std::vector<std::string> flags = {"--type",  "--threads", "--method",     "--calib",    "--samples",
                                           "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
-                                          "--max-ppl-rise"};
+                                          "--max-ppl-rise", "--budget", "--bpw"};
   const std::vector<std::string> switches = {"--pure"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
@@ -92,14 +93,48 @@ int cmd_quantize(const std::vector<std::string>& argv) {
       if (p.sample == p.samples) std::fprintf(stderr, "\n");
     };
     options.on_search = [](const SearchProgress& p) {
-      std::fprintf(stderr, "\rember quantize: AWQ scale search, group %lld/%lld", static_cast<long long>(p.group),
-                   static_cast<long long>(p.groups));
+      std::fprintf(stderr, "\rember quantize: %s, %lld/%lld",
+                   std::string_view(p.phase) == "mix" ? "sensitivity of tensor" : "AWQ scale search, group",
+                   static_cast<long long>(p.group), static_cast<long long>(p.groups));
       if (p.group == p.groups) std::fprintf(stderr, "\n");
     };
   } else if (method != "rtn") {
     throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq)", method));
+  } else if (args.has("--calib") && !args.has("--budget") && !args.has("--bpw")) {
+    throw UsageError("--calib is used by --method gptq and awq, --budget and --bpw only");
   } else if (args.has("--calib")) {
-    throw UsageError("--calib is used by --method gptq and awq only");
+    options.calibration_text = args.get("--calib");
+    options.samples = args.get_int("--samples", 512, 1, 1 << 20);
+    options.sample_tokens = args.get_int("--sample-tokens", 512, 2, 1 << 16);
+  }
+  if (args.has("--budget") && args.has("--bpw")) throw UsageError("give --budget or --bpw, not both");
+  if (args.has("--budget")) {
+    // Bytes, or with a K/M/G suffix (powers of 1000).
+    std::string v = args.get("--budget");
+    double unit = 1;
+    if (!v.empty() && std::string("kKmMgG").find(v.back()) != std::string::npos) {
+      unit = std::tolower(v.back()) == 'k' ? 1e3 : std::tolower(v.back()) == 'm' ? 1e6 : 1e9;
+      v.pop_back();
+    }
+    char* end = nullptr;
+    const double n = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(n > 0) || !std::isfinite(n * unit))
+      throw UsageError(fmt::format("--budget must be a size like 200M or 1.2G, got '{}'", args.get("--budget")));
+    options.budget_bytes = uint64_t(n * unit);
+  }
+  if (args.has("--bpw")) {
+    char* end = nullptr;
+    const std::string v = args.get("--bpw");
+    options.target_bpw = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(options.target_bpw > 0 && options.target_bpw <= 32))
+      throw UsageError(fmt::format("--bpw must be bits per weight in (0, 32], got '{}'", v));
+  }
+  if ((options.budget_bytes > 0 || options.target_bpw > 0) && options.method == QuantMethod::rtn) {
+    options.on_search = [](const SearchProgress& p) {
+      std::fprintf(stderr, "\rember quantize: sensitivity of tensor %lld/%lld", static_cast<long long>(p.group),
+                   static_cast<long long>(p.groups));
+      if (p.group == p.groups) std::fprintf(stderr, "\n");
+    };
   }
   if (args.has("--eval")) {
     options.eval_text = args.get("--eval");
@@ -129,7 +164,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::string& out = positional[1];
   options.on_tensor = [](const QuantizeProgress& p) {
     const QuantizedTensor& t = *p.tensor;
-    const std::string awq = t.awq ? fmt::format(" (awq alpha {:.2f})", t.awq_alpha) : "";
+    const std::string awq = (t.awq ? fmt::format(" (awq alpha {:.2f})", t.awq_alpha) : "") +
+                            (t.mixed ? fmt::format(" (mixed, sensitivity {:.2e})", t.sensitivity) : "");
     std::string what = t.quantized ? fmt::format("{} -> {}{}{}{}, rel. error {:.5f}", t.type_in, t.type_out,
                                                   t.gptq ? " (gptq)" : "", awq, t.fallback ? " (fallback)" : "",
                                                   t.relative_error)
@@ -173,6 +209,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     std::printf("gptq: calibrated on %lld samples, %lld tokens of '%s', damp %g\n",
                 static_cast<long long>(report.calibration_samples), static_cast<long long>(report.calibration_tokens),
                 options.calibration_text.c_str(), options.damp);
+  if (report.budget_bytes > 0)
+    std::printf("mixed precision: budget %s, tensor data %s\n", mib(report.budget_bytes).c_str(),
+                mib(report.bytes_out).c_str());
   if (!options.eval_text.empty()) {
     const double rise = 100.0 * (report.ppl_after / report.ppl_before - 1.0);
     std::printf("perplexity of '%s' (%lld tokens scored, --eval-ctx %d): input %.4f +/- %.4f, output %.4f +/- %.4f "

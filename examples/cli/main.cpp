@@ -83,7 +83,7 @@ speculative decoding (lossless: the same tokens as without it):
   Prints token ids (no BOS unless --bos; special tokens only with --special).
 )"},
       {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq --calib FILE [--samples N]]
-                 [--eval FILE [--max-ppl-rise R]]
+                 [--budget SIZE | --bpw B] [--eval FILE [--max-ppl-rise R]]
   Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures)
@@ -96,6 +96,10 @@ speculative decoding (lossless: the same tokens as without it):
   --samples N            gptq, awq: calibration windows (default 512; fewer when the text is short)
   --sample-tokens T      gptq, awq: tokens per window, BOS first (default 512)
   --damp D               gptq: damping, lambda = D * mean(diag H) (default 0.01)
+  --budget SIZE, --bpw B mixed precision: the layers' projections take types from Q4_K..Q8_0
+                         (K types) or Q4_0/Q5_0/Q8_0 so that the tensor data fits SIZE (200M,
+                         1.2G) or B bits per weight, least output error first (with --calib:
+                         measured on the calibration text's activations)
   --eval FILE            perplexity of FILE with IN and with OUT, in the report
   --eval-ctx N           --eval: tokens per chunk (default 512); --eval-chunks N: at most N chunks
   --max-ppl-rise R       with --eval: do not write OUT when its perplexity exceeds IN's by more

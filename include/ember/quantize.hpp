@@ -42,10 +42,12 @@ struct CalibrationProgress {
   int64_t samples = 0;            // samples in all
 };
 
-// AWQ search progress: called after each group of projections (three per layer).
+// Search progress: AWQ calls it after each group of projections (three per layer), the
+// mixed-precision planner after each tensor measured.
 struct SearchProgress {
-  int64_t group = 0;              // groups done, 1-based
-  int64_t groups = 0;             // groups in all
+  int64_t group = 0;              // groups (tensors) done, 1-based
+  int64_t groups = 0;             // in all
+  const char* phase = "awq";      // "awq" or "mix"
 };
 
 // One tensor of the output, as written.
@@ -63,6 +65,8 @@ struct QuantizedTensor {
   uint64_t bytes_out = 0;         // data bytes in the output
   // ||w - dequantize(quantize(w))|| / ||w|| over the tensor (0 when copied; 0 for an all-zero tensor).
   double relative_error = 0;
+  bool mixed = false;             // its type chosen by the mixed-precision budget
+  double sensitivity = 0;         // mixed: relative output error in the chosen type
 };
 
 // Progress: called once per tensor after it is done, in output order, from the calling thread.
@@ -90,6 +94,13 @@ struct QuantizeOptions {
   double damp = 0.01;             // GPTQ damping: lambda = damp * mean(diag H), > 0
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
   std::function<void(const SearchProgress&)> on_search;            // optional (awq)
+  // Mixed precision by sensitivity (--budget SIZE, --bpw B; docs/quantization.md): the
+  // layers' projections take types from a ladder (Q4_K..Q8_0 for K recipes, Q4_0/Q5_0/Q8_0
+  // for the others) so that the tensor data fits budget_bytes, or target_bpw bits per
+  // weight over all tensors, with the least relative output error (measured with the
+  // calibration text's Hessians when calibration_text is set, else the weight error).
+  uint64_t budget_bytes = 0;      // 0: no budget
+  double target_bpw = 0;          // 0: no target; at most one of the two
   // --eval FILE: the perplexity of this text (llama-perplexity's scoring, ember/perplexity.hpp)
   // with the input and with the output, in the report. --max-ppl-rise R (> 0): when the
   // output's perplexity exceeds the input's by more than the fraction R, OUT is not written
@@ -116,6 +127,7 @@ struct QuantizeReport {
   double ppl_before = 0, ppl_before_error = 0, ppl_after = 0, ppl_after_error = 0;
   int64_t eval_scored = 0;
   bool rejected = false;          // max_ppl_rise exceeded: OUT was not written
+  uint64_t budget_bytes = 0;      // the mixture's budget (from budget_bytes or target_bpw); 0: none
   // Things the caller should know, e.g. that the input was already quantized.
   std::vector<std::string> warnings;
 };

@@ -26,6 +26,7 @@
 #include "quantize/awq.hpp"
 #include "quantize/calibration.hpp"
 #include "quantize/gptq.hpp"
+#include "quantize/mixed.hpp"
 #include "quantize/type_rules.hpp"
 #include "quantize/weight_quantizers.hpp"
 
@@ -225,6 +226,11 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   } else {
     require(options.method == QuantMethod::rtn, "quantize: unknown method {}", int(options.method));
   }
+  require(options.target_bpw >= 0 && std::isfinite(options.target_bpw), "quantize: target_bpw is {}, must be >= 0",
+          options.target_bpw);
+  require(options.budget_bytes == 0 || options.target_bpw == 0, "quantize: give a byte budget or a bits-per-weight target, not both");
+  const bool mix = options.budget_bytes > 0 || options.target_bpw > 0;
+  require(!mix || !options.pure, "quantize: --pure and a mixed-precision budget exclude each other");
   require(options.max_ppl_rise >= 0 && std::isfinite(options.max_ppl_rise), "quantize: max_ppl_rise is {}, must be >= 0",
           options.max_ppl_rise);
   require(options.max_ppl_rise == 0 || !options.eval_text.empty(),
@@ -263,7 +269,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     const gguf::TensorInfo& t = file.tensors()[i];
     shapes.push_back({.name = t.name, .type = t.type, .shape = t.shape, .index = i});
   }
-  const std::vector<quantize::TensorPlan> plans = quantize::plan_types(shapes, facts, recipe.recipe, options.pure);
+  std::vector<quantize::TensorPlan> plans = quantize::plan_types(shapes, facts, recipe.recipe, options.pure);
 
   QuantizeReport report;
   report.file_type = recipe.file_type;
@@ -291,7 +297,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
 
   quantize::Calibration calibration;
   quantize::AwqPlan awq_plan;
-  if (gptq || awq) {
+  if (gptq || awq || (mix && !options.calibration_text.empty())) {
     calibration = quantize::calibrate(
         file_ptr, {.text_path = options.calibration_text,
                    .samples = options.samples,
@@ -304,10 +310,26 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     report.calibration_tokens = calibration.tokens;
     for (std::string& w : calibration.warnings) report.warnings.push_back(std::move(w));
   }
+  std::map<size_t, double> sensitivity;   // by plan index: the mixed tensors
+  if (mix) {
+    uint64_t budget = options.budget_bytes;
+    if (options.target_bpw > 0) {
+      double elements = 0;
+      for (const gguf::TensorInfo& t : file.tensors()) elements += double(t.n_elements);
+      budget = uint64_t(options.target_bpw * elements / 8.0);
+    }
+    report.budget_bytes = budget;
+    const auto chosen = quantize::mix_types(
+        file, plans, gptq || awq || !options.calibration_text.empty() ? &calibration : nullptr, recipe.base,
+        {.budget_bytes = budget, .threads = options.threads}, [&](int64_t done, int64_t total) {
+          if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "mix"});
+        });
+    for (const quantize::MixChoice& c : chosen) sensitivity[c.plan] = c.sensitivity;
+  }
   if (awq) {
     awq_plan = quantize::awq_plan(file, plans, calibration, {.threads = options.threads},
                                   [&](int64_t done, int64_t total) {
-                                    if (options.on_search) options.on_search({.group = done, .groups = total});
+                                    if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "awq"});
                                   });
     report.awq_skipped = std::move(awq_plan.skipped);
   }
@@ -323,13 +345,16 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   for (size_t k = 0; k < plans.size(); ++k) {
     const quantize::TensorPlan& plan = plans[k];
     const gguf::TensorInfo& t = file.tensors()[plan.index];
+    const auto mixed = sensitivity.find(k);
     QuantizedTensor q{.name = t.name,
                       .shape = t.shape,
                       .type_in = std::string(quant::type_name(t.type)),
                       .type_out = std::string(quant::type_name(plan.type)),
                       .quantized = plan.quantize,
                       .fallback = plan.fallback,
-                      .bytes_in = t.n_bytes};
+                      .bytes_in = t.n_bytes,
+                      .mixed = mixed != sensitivity.end(),
+                      .sensitivity = mixed != sensitivity.end() ? mixed->second : 0.0};
     if (const auto folded = awq_plan.folded.find(t.name); folded != awq_plan.folded.end()) {
       // A norm's weight divided by the AWQ scales of the projections it feeds.
       const std::span<const std::byte> bytes = std::as_bytes(std::span(folded->second));
