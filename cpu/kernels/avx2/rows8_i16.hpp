@@ -22,11 +22,12 @@
 // block's d_w * d_a one multiply per 8 rows (as rows8_lanes) shared by the 8 lanes.
 // Per block and token: 33 instructions on the multiplying ports for 8 rows x 32 values.
 //
-// Activations: the Q8_0 rows of the call are widened once per call into a buffer per
-// thread that every group of rows reuses (an op-wide packed copy, twice the size of
-// the Q8_0 rows, would be read again from memory for every chunk of weight rows:
-// 1.04-1.06x the old kernel at 512 tokens instead of 1.06-1.10x). Per token, offsets
-// of i16_layout():
+// Activations: matmul widens them once per op (WeightKernels::packed, dot_tile_i16_packed
+// below) and passes blocks of up to kI16Call tokens over all weight rows, so that the
+// widened rows of a block stay in L2 (an op-wide copy read again for every chunk of
+// weight rows, in matmul's other order, was slower than widening per call: 1.04-1.06x
+// the old kernel at 512 tokens instead of 1.06-1.10x). The plain dot_tile widens the
+// rows of each call into a buffer per thread. Per token, offsets of i16_layout():
 //   scales          nb floats, d_a of each block (nb = n / 32)
 //   pairs           [block][m = 0..7][2] int32: (a[4m], a[4m + 2]) and
 //                   (a[4m + 1], a[4m + 3]) of the block as two int16 each; on the
