@@ -68,6 +68,12 @@ struct WeightKernels {
     // row (it then reads the weight rows one after another): matmul uses the packed
     // path for every token count, decode too, packing the row once per op.
     bool decode;
+    // 0: matmul walks chunks of weight rows outermost and passes tokens in blocks of 32
+    // (the chunk stays in L2). > 0: it walks blocks of at most this many tokens
+    // outermost (fewer where their packed rows would not stay in L2) and passes each
+    // over all weight rows, one dot_tile call per chunk of rows: for kernels whose
+    // per-call preparation of the weights is shared by the tokens of the call.
+    int token_block = 0;
   } packed;
 
   // Optional (null where every token is summed in the same order): dot_tile in the

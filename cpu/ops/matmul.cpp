@@ -10,7 +10,10 @@
 //    rows_sequential in cpu/kernels/tile.hpp). Prefill multiplies the chunk with tiles
 //    of tokens (WeightKernels::dot_tile); the chunk is small enough to stay in L2
 //    while every token tile passes over it, so the matrix is read from memory once
-//    per op whatever the number of tokens.
+//    per op whatever the number of tokens. Packed kernels that set Packed::token_block
+//    (AVX2 Q8_0) take the other order: blocks of up to that many tokens, whose packed
+//    rows stay in L2, each passed over all chunks of weight rows (the matrix is read
+//    once per block; at 2 threads prefill is bound by arithmetic, not by those reads).
 #include <algorithm>
 #include <atomic>
 #include <new>
@@ -29,6 +32,9 @@ constexpr size_t kDecodeChunkBytes = 256 * 1024;
 constexpr size_t kPrefillChunkBytes = 256 * 1024;
 // Token rows per dot_tile call in prefill (rounded down to a multiple of tile_x).
 constexpr int kTokenBlock = 32;
+// Packed kernels with Packed::token_block: the packed rows of a block of tokens, kept in
+// L2 while the block passes over all weight rows, take at most about this many bytes.
+constexpr size_t kPackedBlockBytes = 1024 * 1024;
 // Scratch offset alignment of the converted activations.
 constexpr size_t kAlign = 64;
 
@@ -117,7 +123,36 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   const auto grouped = packed || ctx.batch_invariant ? nullptr : kernels.dot_tile_grouped;
   const int64_t grouped_end = grouped ? n_tok - n_tok % WeightKernels::kGroupTokens : 0;
 
+  // Blocks of tokens outermost (Packed::token_block): work item i is token block
+  // i / n_chunks with chunk i % n_chunks, so the threads share one block at a time.
+  int64_t outer_block = 0;
+  if (packed && pk->token_block > 0) {
+    const int64_t fit = std::max<int64_t>(tile_x, int64_t(kPackedBlockBytes / act_row_bytes) / tile_x * tile_x);
+    const int64_t most = std::min<int64_t>(pk->token_block, fit);
+    const int64_t n_blocks = (n_tok + most - 1) / most;
+    outer_block = std::min(most, round_up((n_tok + n_blocks - 1) / n_blocks, tile_x));
+  }
+
   std::atomic<int64_t> next{0};
+  const auto outer_work = [&](int, int) {
+    const int64_t n_items = (n_tok + outer_block - 1) / outer_block * n_chunks;
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t r0 = item % n_chunks * chunk_rows, t0 = item / n_chunks * outer_block;
+      const int rows = int(std::min(chunk_rows, n_out - r0));
+      const int tokens = int(std::min(outer_block, n_tok - t0));
+      dot_tile(w + size_t(r0) * w_row_bytes, w_row_bytes, rows, act + size_t(t0) * act_row_bytes, act_row_bytes,
+               tokens, dst + size_t(t0) * out_stride + size_t(r0), out_stride, n_in);
+    }
+  };
+  if (outer_block > 0) {
+    if (n_threads == 1) {
+      outer_work(0, 1);
+    } else {
+      ctx.pool.run(outer_work);
+    }
+    return;
+  }
   const auto work = [&](int, int) {
     for (int64_t chunk = next.fetch_add(1, std::memory_order_relaxed); chunk < n_chunks;
          chunk = next.fetch_add(1, std::memory_order_relaxed)) {

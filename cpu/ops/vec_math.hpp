@@ -69,12 +69,19 @@ inline float exp_fma(float x) {
                                     std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
                            u, std::fma(0x1.ffffecp-1f, b, 1.0f));
   // j * 2^n in two exact steps (2^n alone may not be a float for n < -126).
-  const auto k = int32_t(std::fmin(std::fmax(n, -200.0f), 200.0f));  // n may be +-inf or NaN
+  // n clamped to [-200, 200], NaN to -200 (n may be +-inf or NaN). Comparisons, each
+  // evaluated unconditionally, and selects: std::fmin/fmax are library calls without
+  // -ffinite-math-only, and a comparison evaluated only on one branch may trap (GCC's
+  // default -ftrapping-math), either of which kept the loops calling this
+  // (OpKernels::exp_row, silu_glu_row) from being vectorized.
+  const bool below = !(n >= -200.0f), above = n > 200.0f;
+  const auto k = int32_t(above ? 200.0f : (below ? -200.0f : n));
   const int32_t k1 = k / 2, k2 = k - k1;
   const float s1 = bits_to_float(uint32_t(std::max(k1 + 127, 1)) << 23);
   const float s2 = bits_to_float(uint32_t(std::max(std::min(k2 + 127, 254), 1)) << 23);
   const float res = j * s1 * s2;
-  return n < -192.0f ? 0.0f : (n > 192.0f ? std::numeric_limits<float>::infinity() : res);
+  const bool underflow = n < -192.0f, overflow = n > 192.0f;
+  return underflow ? 0.0f : (overflow ? std::numeric_limits<float>::infinity() : res);
 }
 
 // x * sigmoid(x) as llama.cpp's vector SiLU computes it: x / (1 + e^-x) with exp_fma.

@@ -275,7 +275,9 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : {DType::q8_0, DType::q5_0, DType::q4_k, DType::q6_k}) {
       const auto& k = ember::cpu::weight_kernels(isa, type);
-      CHECK(k.packed.dot_tile == nullptr);
+      // A packed path only where it keeps the order: Q8_0 at the AVX2 levels (rows8_i16.hpp).
+      const bool avx2_level = isa == Isa::avx2 || isa == Isa::avx2vnni;
+      CHECK((k.packed.dot_tile != nullptr) == (type == DType::q8_0 && avx2_level));
       CHECK((k.dot_tile_grouped != nullptr) == (type == DType::q4_k));
       const bool k_format = quant::type_info(type).block_elems == 256;
       const std::vector<int64_t> lengths = k_format ? std::vector<int64_t>{256, 768, 2048, 32768 + 256}
@@ -316,6 +318,19 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
           k.dot_tile(w.data(), w_row, n_w, a.data(), a_row, nx, out.data(), out_stride, n);
           for (int t = 0; t < nx; ++t)
             for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, false);
+        }
+        // The packed path (rows packed once, as matmul does for prefill), same thresholds;
+        // packed rows 24 bytes longer than row_bytes, so not 64-byte aligned.
+        if (k.packed.dot_tile) {
+          const size_t p_row = k.packed.row_bytes(n) + 24;
+          std::vector<std::byte> p(p_row * n_x);
+          for (int t = 0; t < n_x; ++t) k.packed.pack(a.data() + t * a_row, p.data() + t * p_row, n);
+          for (int nx : {2, 7, 8, 13, n_x}) {
+            std::fill(out.begin(), out.end(), 0.0f);
+            k.packed.dot_tile(w.data(), w_row, n_w, p.data(), p_row, nx, out.data(), out_stride, n);
+            for (int t = 0; t < nx; ++t)
+              for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, false);
+          }
         }
         CHECK(mismatches == 0);
       }

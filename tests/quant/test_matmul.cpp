@@ -116,6 +116,38 @@ TEST_CASE("cpu::matmul with many tokens uses tiles over tokens", "[matmul]") {
     check_matmul(pool, isa, type, {96, 512, 64});
 }
 
+TEST_CASE("cpu::matmul's Q8_0 prefill keeps llama.cpp's order over blocks of tokens", "[matmul][lanes]") {
+  // 300 tokens: at the AVX2 levels the packed path passes over the weights in blocks of
+  // at most 128 tokens (Packed::token_block; here 104, 104 and 92); 44 rows: 5 groups of 8
+  // and 4 more; 2144 values: 4 chunks of 16 blocks and 3 blocks. Every level sums Q8_0 in
+  // quant::dot_row's order, so every output is bit-identical to it.
+  const int64_t n_out = 44, n_in = 2144, n_tok = 300;
+  const OwnedTensor w = random_weights(DType::q8_0, n_out, n_in, 11);
+  OwnedTensor x(DType::f32, n_tok, n_in);
+  const auto xv = test::random_values(n_tok * n_in, 12);
+  std::memcpy(x.tensor.row_ptr(0), xv.data(), xv.size() * 4);
+  std::vector<std::byte> a(quant::row_bytes(DType::q8_0, n_in) * size_t(n_tok));
+  for (int64_t t = 0; t < n_tok; ++t)
+    quant::quantize_row(DType::q8_0, x.tensor.row_ptr<const float>(t), a.data() + size_t(t) * (a.size() / n_tok), n_in);
+  ThreadPool pool2(2), pool3(3);
+  for (Isa isa : ember::cpu::available_isas()) {
+    if (isa == Isa::scalar) continue;  // slow here; the reference itself
+    for (ThreadPool* pool : {&pool2, &pool3}) {
+      INFO(ember::cpu::isa_name(isa) << " threads=" << pool->size());
+      OwnedTensor out(DType::f32, n_tok, n_out);
+      std::vector<std::byte> scratch;
+      OpContext ctx{*pool, isa, scratch, {}};
+      ember::cpu::matmul(ctx, w.tensor, x.tensor, out.tensor);
+      int64_t mismatches = 0;
+      for (int64_t t = 0; t < n_tok; ++t)
+        for (int64_t o = 0; o < n_out; ++o)
+          mismatches += out.tensor.row_ptr<const float>(t)[o] !=
+                        quant::dot_row(DType::q8_0, w.tensor.row_ptr(o), a.data() + size_t(t) * (a.size() / n_tok), n_in);
+      CHECK(mismatches == 0);
+    }
+  }
+}
+
 TEST_CASE("cpu::get_rows dequantizes the selected rows", "[get_rows]") {
   ThreadPool pool(3);
   for (Isa isa : ember::cpu::available_isas()) {

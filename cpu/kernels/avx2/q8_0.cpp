@@ -49,7 +49,10 @@ constexpr DotTileFn kBatches = dot_tile_i16<Q8_0Rows8, kLanes>;
 
 }  // namespace
 
+// Prefill: the activations widened once per op (rows8_i16.hpp), blocks of kI16Call tokens.
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    kBatches, dequantize, kRows8, kTileX, {}};
+                                    kBatches, dequantize, kRows8, kTileX,
+                                    {i16_packed_row_bytes, i16_pack, dot_tile_i16_packed<Q8_0Rows8, kLanes>, kRows8,
+                                     kI16MinTokens, false, kI16Call}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS

@@ -22,17 +22,19 @@
 // block's d_w * d_a one multiply per 8 rows (as rows8_lanes) shared by the 8 lanes.
 // Per block and token: 33 instructions on the multiplying ports for 8 rows x 32 values.
 //
-// Activations: the Q8_0 rows of the call are widened once per call into a buffer per
-// thread that every group of rows reuses (an op-wide packed copy, twice the size of
-// the Q8_0 rows, would be read again from memory for every chunk of weight rows:
-// 1.04-1.06x the old kernel at 512 tokens instead of 1.06-1.10x). Per token, offsets
-// of i16_layout():
+// Activations: matmul widens them once per op (WeightKernels::packed, dot_tile_i16_packed
+// below) and passes blocks of up to kI16Call tokens over all weight rows, so that the
+// widened rows of a block stay in L2 (an op-wide copy read again for every chunk of
+// weight rows, in matmul's other order, was slower than widening per call: 1.04-1.06x
+// the old kernel at 512 tokens instead of 1.06-1.10x). The plain dot_tile widens the
+// rows of each call into a buffer per thread. Per token, offsets of i16_layout():
 //   scales          nb floats, d_a of each block (nb = n / 32)
 //   pairs           [block][m = 0..7][2] int32: (a[4m], a[4m + 2]) and
 //                   (a[4m + 1], a[4m + 3]) of the block as two int16 each; on the
 //                   avx2vnni level a[4m .. 4m + 3] as bytes and -128 * their sum
 #pragma once
 
+#include <cstring>
 #include <vector>
 
 #include "cpu/kernels/avx2/rows8_lanes.hpp"
@@ -41,10 +43,12 @@ namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Measured (bench_kernels, docs/performance.md's machine): chunks of 16 blocks beat 32
-// and 64 by 2-5 %. An earlier form with 8 tokens x one lane per register tile and a
-// table of d_w * d_a was 3 % slower. matmul passes 32 tokens per call.
-constexpr int kI16Chunk = 16;  // blocks whose widened codes (8 KiB) are kept at a time
-constexpr int kI16Call = 64;   // tokens per pass over a chunk (float lanes on the stack)
+// and 64 by 2-5 % with 32-token calls (equal with 512-token ops in 128-token calls). An
+// earlier form with 8 tokens x one lane per register tile and a table of d_w * d_a was
+// 3 % slower. The packed path below passes up to kI16Call tokens per call (the plain
+// dot_tile gets 32 from matmul): the codes of a chunk are widened once per 128 tokens.
+constexpr int kI16Chunk = 16;   // blocks whose widened codes (8 KiB) are kept at a time
+constexpr int kI16Call = 128;   // tokens per pass over a chunk (float lanes on the stack, 32 KiB)
 
 struct I16Layout {
   size_t pairs, bytes;
@@ -86,8 +90,8 @@ inline void widen_act_row(const std::byte* a, std::byte* dst, int64_t n) {
     // lo: (e0 o0 e1 o1 | e4 o4 e5 o5), hi: (e2 o2 e3 o3 | e6 o6 e7 o7): lanes m = 0..3, then 4..7.
     const __m256i lo = _mm256_unpacklo_epi32(even, odd), hi = _mm256_unpackhi_epi32(even, odd);
     auto* block_pairs = reinterpret_cast<__m256i*>(pairs + size_t(b) * 64);
-    _mm256_store_si256(block_pairs, _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_store_si256(block_pairs + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+    _mm256_storeu_si256(block_pairs, _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(block_pairs + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
   }
 }
 
@@ -165,9 +169,10 @@ inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* a
       const size_t ahead =
           size_t(last ? std::min<int64_t>(kI16Chunk, nb) : std::min<int64_t>(kI16Chunk, nb - b0 - nbc)) *
           sizeof(quant::BlockQ8_0);
+      int r_next = 0;  // row r at the first token t with r * nc < (t + 1) * 8 (no division per token)
       for (int t = 0; t < nc; ++t) {
-        for (int r = t * 8 / nc; r < (t + 1) * 8 / nc; ++r)
-          for (size_t o = 0; o < ahead; o += 64) __builtin_prefetch(next + size_t(r) * w_row_bytes + o);
+        for (; r_next < kRows8 && r_next * nc < (t + 1) * kRows8; ++r_next)
+          for (size_t o = 0; o < ahead; o += 64) __builtin_prefetch(next + size_t(r_next) * w_row_bytes + o);
         const std::byte* row = act + size_t(c0 + t) * act_row_bytes;
         i16_token(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row) + b0, nbc,
                   b0 == 0, lanes[t]);
@@ -199,6 +204,39 @@ void dot_tile_i16(const void* weights, size_t w_row_bytes, int n_w, const void* 
   over_row_groups<Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
                          [&](const std::byte* w, float* o) {
                            rows8_i16(w, w_row_bytes, base, row_bytes, n_x, o, out_stride, n);
+                         });
+}
+
+// WeightKernels::packed (prefill): matmul converts each activation row once per op into
+// its Q8_0 row (what rows8_lanes and `Other` read: fewer than kI16MinTokens tokens, rows
+// past the last whole group of 8) followed, at i16_q8_bytes(n), by the widened layout
+// above, instead of widening the rows again in every call, i.e. for every chunk of
+// weight rows. With Packed::token_block matmul passes over all weight rows per block of
+// tokens, so that the widened rows of a block stay in L2 and each weight chunk is
+// widened once per block of up to kI16Call tokens (the plain dot_tile: once per 32).
+inline size_t i16_q8_bytes(int64_t n) {
+  return (size_t(n / quant::kQK) * sizeof(quant::BlockQ8_0) + 63) / 64 * 64;
+}
+
+inline size_t i16_packed_row_bytes(int64_t n) { return i16_q8_bytes(n) + i16_layout(n).bytes; }
+
+inline void i16_pack(const void* activations, void* packed, int64_t n) {
+  auto* dst = static_cast<std::byte*>(packed);
+  std::memcpy(dst, activations, size_t(n / quant::kQK) * sizeof(quant::BlockQ8_0));
+  widen_act_row(static_cast<const std::byte*>(activations), dst + i16_q8_bytes(n), n);
+}
+
+template <class C, DotTileFn Other>
+void dot_tile_i16_packed(const void* weights, size_t w_row_bytes, int n_w, const void* packed, size_t p_row_bytes,
+                         int n_x, float* out, size_t out_stride, int64_t n) {
+  if (n_x < kI16MinTokens || n_w < kRows8) {
+    dot_tile_rows8_lanes<C, Other>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride, n);
+    return;
+  }
+  const std::byte* widened = static_cast<const std::byte*>(packed) + i16_q8_bytes(n);
+  over_row_groups<Other>(weights, w_row_bytes, n_w, packed, p_row_bytes, n_x, out, out_stride, n,
+                         [&](const std::byte* w, float* o) {
+                           rows8_i16(w, w_row_bytes, widened, p_row_bytes, n_x, o, out_stride, n);
                          });
 }
 
