@@ -87,11 +87,6 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     char* end = nullptr;
     options.damp = std::strtod(damp.c_str(), &end);
     if (*end != '\0' || !(options.damp > 0)) throw UsageError(fmt::format("--damp must be > 0, got '{}'", damp));
-    options.on_calibration = [](const CalibrationProgress& p) {
-      std::fprintf(stderr, "\rember quantize: calibration sample %lld/%lld", static_cast<long long>(p.sample),
-                   static_cast<long long>(p.samples));
-      if (p.sample == p.samples) std::fprintf(stderr, "\n");
-    };
     options.on_search = [](const SearchProgress& p) {
       std::fprintf(stderr, "\rember quantize: %s, %lld/%lld",
                    std::string_view(p.phase) == "mix" ? "sensitivity of tensor" : "AWQ scale search, group",
@@ -107,6 +102,12 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);
     options.sample_tokens = args.get_int("--sample-tokens", 512, 2, 1 << 16);
   }
+  if (!options.calibration_text.empty())
+    options.on_calibration = [](const CalibrationProgress& p) {
+      std::fprintf(stderr, "\rember quantize: calibration sample %lld/%lld", static_cast<long long>(p.sample),
+                   static_cast<long long>(p.samples));
+      if (p.sample == p.samples) std::fprintf(stderr, "\n");
+    };
   if (args.has("--budget") && args.has("--bpw")) throw UsageError("give --budget or --bpw, not both");
   if (args.has("--budget")) {
     // Bytes, or with a K/M/G suffix (powers of 1000).
