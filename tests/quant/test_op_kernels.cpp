@@ -185,7 +185,7 @@ TEST_CASE("op kernels: elementwise entries give the scalar level's bits at every
 
 // The fused decode-attention entries (attention_flash.cpp's lone-token path), where a level
 // has them, against sums in double over the same F16 rows: every group size the
-// register blocking splits (1..8 heads), head sizes of one and several 64-column slices
+// register blocking splits (1..8 heads, 16), head sizes of one and several 64-column slices
 // and a 16-column tail, and key counts around the 16-key and 32-row blocks.
 TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sums", "[kernels]") {
   std::mt19937 rng(7);
@@ -194,9 +194,9 @@ TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sum
     const cpu::OpKernels& k = cpu::op_kernels(isa);
     if (k.scores_f16 == nullptr) continue;
     REQUIRE(k.pv_f16 != nullptr);
-    for (const int group : {1, 2, 3, 4, 5, 8})
+    for (const int group : {1, 2, 3, 4, 5, 7, 8, 16})
       for (const int hd : {16, 64, 80, 256})
-        for (const int n : {1, 15, 16, 17, 33, 70}) {
+        for (const int n : {1, 15, 16, 17, 31, 33, 70}) {
           INFO(cpu::isa_name(isa) << " group " << group << " head_dim " << hd << " keys " << n);
           std::vector<uint16_t> keys(size_t(n) * hd), values(size_t(n) * hd);
           for (auto& h : keys) h = ember::fp32_to_fp16(normal(rng));

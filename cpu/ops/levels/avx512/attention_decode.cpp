@@ -1,16 +1,26 @@
 // The AVX-512 level's fused decode-attention kernels over F16 cache rows
 // (OpKernels::scores_f16, pv_f16; attention_flash.cpp's lone-token path). They read the
-// F16 rows where they lie (cache pages) and convert each 16-value chunk once, in
-// registers, for all the query heads of the group: no f32 copy of the tile, no call per
-// row. head_dim must be a multiple of 16 (the caller checks).
+// F16 rows where they lie (cache pages) and convert each chunk once for all the query
+// heads of the group: no f32 copy of the tile, no call per row. head_dim must be a
+// multiple of 16 (the caller checks).
 //
-// scores_f16: 16 keys at a time are converted into a 16 x head_dim f32 block on the
-// stack (L1); each query head then takes one 16-lane FMA accumulator per key and the 16
-// accumulators are reduced to the vector of 16 scores by a transposing tree of shuffles
-// (as kernels/avx512/gemm_small.cpp does).
-// pv_f16: blocks of kPvRows value rows; per 64-column slice and up to 4 query heads,
-// 16 accumulators stay in registers over the block, each converted value chunk feeds
-// the 4 heads, and the probabilities come in as embedded broadcasts.
+// scores_f16 has two forms, chosen by the shape (both sum in f32, in their own order):
+//  - keys across the lanes, for small heads and wide groups (head_dim <= 20 x group,
+//    e.g. TinyLlama's 64 x 8): 32 keys at a time are transposed as F16 words in
+//    registers (three in-lane unpack stages and a 2-source qword permute per 16 keys x
+//    32 dims, 2 shuffles per 32 values) into a [head_dim][32 keys] block on the stack;
+//    then each dim's 2 x 16 keys are converted once and every query head adds q[g][d]
+//    times them with a broadcast FMA. 16 accumulators (8 heads x 32 keys) hold the
+//    scores; no horizontal reduction at all.
+//  - dims across the lanes (large heads, small groups, e.g. Gemma's 256 x 4): 16 keys
+//    are converted into a 16 x head_dim f32 block; each query head takes one 16-lane
+//    accumulator per key, reduced to the vector of 16 scores by a transposing tree of
+//    shuffles (as kernels/avx512/gemm_small.cpp does). The tree costs 45 operations
+//    per head and 16 keys, the transpose 2 x head_dim: this form wins when the
+//    accumulators see many FMAs before their reduction.
+// pv_f16: blocks of kPvRows value rows; per column slice, 16 accumulators (8 heads x
+// 32 columns or 4 x 64) stay in registers over the block, each converted value chunk
+// feeds all the heads, and the probabilities come in as broadcasts.
 #include <algorithm>
 
 #include "cpu/kernels/avx512/reduce16.hpp"
@@ -27,36 +37,104 @@ inline __m512 f16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// acc[g][x] (G heads x NX 16-column chunks, columns [c0, c0 + 16 NX)) += p[g][j] v_j over
-// the block's rows.
-template <int G, int NX>
-inline void pv_slice(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc, int c0) {
-  __m512 a[G][NX];
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < NX; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
-  for (int j = 0; j < n; ++j) {
-    __m512 v[NX];
-    for (int x = 0; x < NX; ++x) v[x] = f16x16(rows[j] + c0 + 16 * x);
-    for (int g = 0; g < G; ++g) {
-      const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
-      for (int x = 0; x < NX; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
-    }
+// ---- scores, keys across the lanes ----
+
+// 16 keys x 32 dims [c0, c0 + 32) of F16 rows (zeros past `valid` dims of the slice)
+// transposed into `t`: 4 chunks of 64 bytes per 8-dim offset k (0..7), chunk (k, part)
+// at t + (2 k + part) * 64 bytes holding dim c0 + 16 part + k for the 16 keys in order,
+// then dim c0 + 16 part + 8 + k.
+inline void transpose16x32(const uint16_t* const* rows, int c0, int valid, uint16_t* t) {
+  const __mmask32 mask = valid >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << valid) - 1);
+  __m512i r[16], a[16], b[16];
+  for (int j = 0; j < 16; ++j) r[j] = _mm512_maskz_loadu_epi16(mask, rows[j] + c0);
+  // Per 128-bit lane (8 dims): pairs of keys, then quads, then octets, at each dim.
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);      // keys 2i, 2i+1 at dims 0..3
+    a[2 * i + 1] = _mm512_unpackhi_epi16(r[2 * i], r[2 * i + 1]);  // dims 4..7
   }
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < NX; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+  // b[4 q + 2 h + e]: keys 4q..4q+3, dims (4 h + 2 e, 4 h + 2 e + 1) of the lane.
+  for (int q = 0; q < 4; ++q)
+    for (int h = 0; h < 2; ++h) {
+      const __m512i x = a[4 * q + h], y = a[4 * q + 2 + h];
+      b[4 * q + 2 * h] = _mm512_unpacklo_epi32(x, y);
+      b[4 * q + 2 * h + 1] = _mm512_unpackhi_epi32(x, y);
+    }
+  // c[o][k]: keys 8o..8o+7 at dim k of each lane (lane L: dim c0 + 8 L + k).
+  __m512i c[2][8];
+  for (int o = 0; o < 2; ++o)
+    for (int dp = 0; dp < 4; ++dp) {
+      const __m512i x = b[8 * o + dp], y = b[8 * o + 4 + dp];
+      c[o][2 * dp] = _mm512_unpacklo_epi64(x, y);
+      c[o][2 * dp + 1] = _mm512_unpackhi_epi64(x, y);
+    }
+  const __m512i lanes01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i lanes23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (int k = 0; k < 8; ++k) {
+    _mm512_store_si512(t + (2 * k) * 32, _mm512_permutex2var_epi64(c[0][k], lanes01, c[1][k]));
+    _mm512_store_si512(t + (2 * k + 1) * 32, _mm512_permutex2var_epi64(c[0][k], lanes23, c[1][k]));
+  }
 }
 
+// s[g][j0 .. j0 + 32) for G heads from the transposed block: t0 keys 0..15, t1 keys 16..31,
+// each [hd / 32 slices][16 chunks of 32 words] (a 16-dim tail slice: its first 8 chunks... all
+// 16 chunks written, the upper dims zero).
 template <int G>
-inline void pv_heads(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc) {
-  int c0 = 0;
-  for (; c0 + 64 <= hd; c0 += 64) pv_slice<G, 4>(p, ldp, hd, rows, n, acc, c0);
-  for (; c0 < hd; c0 += 16) pv_slice<G, 1>(p, ldp, hd, rows, n, acc, c0);
+inline void scores_lanes(const float* q, int hd, const uint16_t* t0, const uint16_t* t1, __m512 scale,
+                         float* s, int lds, __mmask16 m0, __mmask16 m1) {
+  __m512 acc[G][2];
+  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
+  for (int c0 = 0; c0 < hd; c0 += 32) {
+    const uint16_t* u0 = t0 + c0 * 16;
+    const uint16_t* u1 = t1 + c0 * 16;
+    const int parts = hd - c0 >= 32 ? 2 : 1;
+    for (int part = 0; part < parts; ++part)
+      for (int k = 0; k < 8; ++k)
+        for (int half = 0; half < 2; ++half) {
+          const int d = c0 + 16 * part + 8 * half + k;
+          const int off = (2 * k + part) * 32 + 16 * half;
+          const __m512 k0 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u0 + off)));
+          const __m512 k1 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u1 + off)));
+          for (int g = 0; g < G; ++g) {
+            const __m512 w = _mm512_set1_ps(q[g * hd + d]);
+            acc[g][0] = _mm512_fmadd_ps(w, k0, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(w, k1, acc[g][1]);
+          }
+        }
+  }
+  for (int g = 0; g < G; ++g) {
+    _mm512_mask_storeu_ps(s + g * lds, m0, _mm512_mul_ps(scale, acc[g][0]));
+    _mm512_mask_storeu_ps(s + g * lds + 16, m1, _mm512_mul_ps(scale, acc[g][1]));
+  }
 }
 
-}  // namespace
+void scores_by_keys(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
+                    int lds) {
+  alignas(64) static const uint16_t zeros[kMaxHeadDim] = {};
+  // Per 16 keys: [hd rounded up to 32][16] words.
+  alignas(64) uint16_t t[2][kMaxHeadDim * 16];
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int j0 = 0; j0 < n; j0 += 32) {
+    const int jn = std::min(32, n - j0);
+    for (int half = 0; half < 2; ++half) {
+      const uint16_t* r[16];
+      for (int j = 0; j < 16; ++j) r[j] = 16 * half + j < jn ? rows[j0 + 16 * half + j] : zeros;
+      for (int c0 = 0; c0 < hd; c0 += 32) transpose16x32(r, c0, std::min(32, hd - c0), t[half] + c0 * 16);
+    }
+    const auto lanes = [](int k) { return k >= 16 ? __mmask16(0xFFFF) : k <= 0 ? __mmask16(0) : __mmask16((1u << k) - 1); };
+    const __mmask16 m0 = lanes(jn), m1 = lanes(jn - 16);
+    float* sj = s + j0;
+    int g = 0;
+    for (; g + 8 <= group; g += 8) scores_lanes<8>(q + g * hd, hd, t[0], t[1], scale_v, sj + g * lds, lds, m0, m1);
+    if (group - g >= 4) scores_lanes<4>(q + g * hd, hd, t[0], t[1], scale_v, sj + g * lds, lds, m0, m1), g += 4;
+    if (group - g >= 2) scores_lanes<2>(q + g * hd, hd, t[0], t[1], scale_v, sj + g * lds, lds, m0, m1), g += 2;
+    if (group - g >= 1) scores_lanes<1>(q + g * hd, hd, t[0], t[1], scale_v, sj + g * lds, lds, m0, m1);
+  }
+}
 
-void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
-                int lds) {
+// ---- scores, dims across the lanes ----
+
+void scores_by_dims(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
+                    int lds) {
   alignas(64) float keys[16 * kMaxHeadDim];
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int j0 = 0; j0 < n; j0 += 16) {
@@ -83,10 +161,50 @@ void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, 
   }
 }
 
+// ---- P.V ----
+
+// acc[g][x] (G heads x NX 16-column chunks, columns [c0, c0 + 16 NX)) += p[g][j] v_j over
+// the block's rows.
+template <int G, int NX>
+inline void pv_slice(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc, int c0) {
+  __m512 a[G][NX];
+  for (int g = 0; g < G; ++g)
+    for (int x = 0; x < NX; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
+  for (int j = 0; j < n; ++j) {
+    __m512 v[NX];
+    for (int x = 0; x < NX; ++x) v[x] = f16x16(rows[j] + c0 + 16 * x);
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
+      for (int x = 0; x < NX; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int x = 0; x < NX; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+}
+
+template <int G>
+inline void pv_heads(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc) {
+  constexpr int kWide = G >= 8 ? 2 : 4;  // 16 accumulators
+  int c0 = 0;
+  for (; c0 + 16 * kWide <= hd; c0 += 16 * kWide) pv_slice<G, kWide>(p, ldp, hd, rows, n, acc, c0);
+  for (; c0 < hd; c0 += 16) pv_slice<G, 1>(p, ldp, hd, rows, n, acc, c0);
+}
+
+}  // namespace
+
+void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
+                int lds) {
+  if (hd <= 20 * group)
+    scores_by_keys(q, group, hd, rows, n, scale, s, lds);
+  else
+    scores_by_dims(q, group, hd, rows, n, scale, s, lds);
+}
+
 void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc) {
   for (int j0 = 0; j0 < n; j0 += kPvRows) {
     const int jn = std::min(kPvRows, n - j0);
     int g = 0;
+    for (; g + 8 <= group; g += 8) pv_heads<8>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
     for (; g + 4 <= group; g += 4) pv_heads<4>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
     for (; g + 2 <= group; g += 2) pv_heads<2>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
     for (; g < group; ++g) pv_heads<1>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
