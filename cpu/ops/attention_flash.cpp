@@ -63,14 +63,15 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kLoneBlock = 16;
 // Key rows per call of the fused F16 scores kernel (its blocks are 16 or 32 keys).
 constexpr int64_t kLoneF16Keys = 32;
-// Cells ahead whose rows the fused F16 kernels' passes ask for (software prefetch: the
-// rows of a chunk lie on a few pages, their order is not predictable from the
-// addresses), into L2: before each kernel call the rows of a quarter of a block (split
-// over the kv heads), so that the requests are spread over the compute instead of
+// Cells ahead whose rows the fused kernels' passes (F16, INT8) ask for (software
+// prefetch: the rows of a chunk lie on a few pages, their order is not predictable from
+// the addresses), into L2: before each kernel call the rows of a quarter of a block
+// (split over the kv heads), so that the requests are spread over the compute instead of
 // issued in one burst that stalls it; the key pass runs on into the first rows of the
-// value pass. Measured (bench_kernels, F16 at 4k/32k cells, 2 threads): 3-5 % faster
-// than the rows of a whole block 16 cells ahead into L1; none at all is 20-30 % slower.
-constexpr int64_t kLoneF16Ahead = 64;
+// value pass. Measured (bench_kernels, 4k/32k cells, 2 threads): F16 3-5 % and INT8
+// 5-10 % faster than the rows of a whole block 16 cells ahead into L1; none at all is
+// 20-30 % slower.
+constexpr int64_t kFusedAhead = 64;
 constexpr int64_t lone_value_rows(int hd) { return std::max<int64_t>(kLoneBlock, 4096 / std::max(hd, 1)); }
 
 // ---- how a cache type's rows become f32 tiles ----
@@ -186,7 +187,10 @@ class Flash {
         group_(p.n_head / p.n_head_kv), hd_(p.head_dim), head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
         want_scores_(p.score_acc.rows > 0), k_base_(k_cache.row_ptr(0)), v_base_(v_cache.row_ptr(0)),
         direct_f16_(k_cache.type == backend::DType::f16 && ops_.scores_f16 != nullptr && ops_.pv_f16 != nullptr &&
-                    p.head_dim % 16 == 0 && p.head_dim <= 512) {}
+                    p.head_dim % 16 == 0 && p.head_dim <= 512),
+        direct_q8_((k_cache.type == backend::DType::kv_q8_g32 || k_cache.type == backend::DType::kv_q8_g64) &&
+                   ops_.scores_q8 != nullptr && p.head_dim <= 512),
+        direct_q8_values_(v_cache.type == k_cache.type && direct_q8_ && ops_.pv_q8 != nullptr) {}
 
   void run(const std::vector<std::vector<int64_t>>& by_seq) {
     plan(by_seq);
@@ -378,9 +382,11 @@ class Flash {
   // A lone query token without score_acc (decode): its cells [item.lo, item.hi), at most
   // kChunk of them, in two passes. Keys: kLoneBlock rows at a time, each kv head's part
   // decoded into L1 and scored there by the group's query heads (gemm_nt, m = group;
-  // F16 rows: kLoneF16Keys at a time, read in place by OpKernels::scores_f16);
+  // F16 rows: kLoneF16Keys at a time, read in place by OpKernels::scores_f16; INT8 rows
+  // in place by scores_q8, where the level has them);
   // then every head's softmax over the item's cells at once (no online rescaling); then
-  // values: lone_value_rows rows at a time, decoded per kv head and accumulated (gemm_nn).
+  // values: lone_value_rows rows at a time, decoded per kv head and accumulated (gemm_nn;
+  // F16 and INT8 rows: 32 at a time in place, pv_f16 / pv_q8).
   // Each cache row is read once per pass, whole, in cell order.
   void run_lone(const Item& item, const Block& b, Scratch& x) {
     const SeqCells& sc = cells_[size_t(b.seq)];
@@ -406,13 +412,29 @@ class Flash {
         const int64_t jn = std::min(kLoneF16Keys, n - j0);
         for (int h = 0; h < n_kv; ++h) {
           // Key rows ahead, then the first value rows.
-          for (int64_t j = j0 + kLoneF16Ahead + h * jn / n_kv; j < j0 + kLoneF16Ahead + (h + 1) * jn / n_kv; ++j)
+          for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < j0 + kFusedAhead + (h + 1) * jn / n_kv; ++j)
             if (j < n) prefetch_row_l2(k_, sc.slot[size_t(lo + j)]);
             else if (j < 2 * n) prefetch_row_l2(v_, sc.slot[size_t(lo + j - n)]);
           const uint16_t* rows[kLoneF16Keys];
           for (int64_t j = 0; j < jn; ++j) rows[j] = head_f16(k_, sc.slot[size_t(lo + j0 + j)], h);
           ops_.scores_f16(queries + int64_t(h) * group * hd, group, hd, rows, int(jn), p_.scale,
                           scores + int64_t(h) * group * kChunk + j0, int(kChunk));
+        }
+      }
+    } else if (direct_q8_) {
+      // INT8 key rows read in place (scaled codes, no f32 tile).
+      const int gsize = quant::kv::group_size(k_.type);
+      for (int64_t j0 = 0; j0 < n; j0 += kLoneBlock) {
+        const int64_t jn = std::min(kLoneBlock, n - j0);
+        for (int h = 0; h < n_kv; ++h) {
+          for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < j0 + kFusedAhead + (h + 1) * jn / n_kv; ++j)
+            if (j < n) prefetch_row_l2(k_, sc.slot[size_t(lo + j)]);
+            else if (j < 2 * n) prefetch_row_l2(v_, sc.slot[size_t(lo + j - n)]);
+          const uint8_t* rows[kLoneBlock];
+          for (int64_t j = 0; j < jn; ++j)
+            rows[j] = reinterpret_cast<const uint8_t*>(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);
+          ops_.scores_q8(queries + int64_t(h) * group * hd, group, hd, gsize, rows, int(jn), p_.scale,
+                         scores + int64_t(h) * group * kChunk + j0, int(kChunk));
         }
       }
     } else {
@@ -453,12 +475,27 @@ class Flash {
       for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int64_t jn = std::min(kBlock, n - j0);
         for (int h = 0; h < n_kv; ++h) {
-          for (int64_t j = j0 + kLoneF16Ahead + h * jn / n_kv; j < std::min(n, j0 + kLoneF16Ahead + (h + 1) * jn / n_kv); ++j)
+          for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < std::min(n, j0 + kFusedAhead + (h + 1) * jn / n_kv); ++j)
             prefetch_row_l2(v_, sc.slot[size_t(lo + j)]);
           const uint16_t* rows[kBlock];
           for (int64_t j = 0; j < jn; ++j) rows[j] = head_f16(v_, sc.slot[size_t(lo + j0 + j)], h);
           ops_.pv_f16(scores + int64_t(h) * group * kChunk + j0, int(kChunk), group, hd, rows, int(jn),
                       acc + int64_t(h) * group * hd);
+        }
+      }
+    } else if (direct_q8_values_) {
+      const int gsize = quant::kv::group_size(v_.type);
+      constexpr int64_t kBlock = 32;
+      for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+        const int64_t jn = std::min(kBlock, n - j0);
+        for (int h = 0; h < n_kv; ++h) {
+          for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < std::min(n, j0 + kFusedAhead + (h + 1) * jn / n_kv); ++j)
+            prefetch_row_l2(v_, sc.slot[size_t(lo + j)]);
+          const uint8_t* rows[kBlock];
+          for (int64_t j = 0; j < jn; ++j)
+            rows[j] = reinterpret_cast<const uint8_t*>(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);
+          ops_.pv_q8(scores + int64_t(h) * group * kChunk + j0, int(kChunk), group, hd, gsize, rows, int(jn),
+                     acc + int64_t(h) * group * hd);
         }
       }
     } else {
@@ -597,6 +634,8 @@ class Flash {
   const std::byte* const k_base_;  // row 0 of the K and V caches
   const std::byte* const v_base_;
   const bool direct_f16_;  // a lone token's F16 rows go to OpKernels::scores_f16 / pv_f16
+  const bool direct_q8_;         // a lone token's INT8 key rows go to OpKernels::scores_q8
+  const bool direct_q8_values_;  // and its INT8 value rows to pv_q8
   std::vector<SeqCells> cells_;
   std::vector<Block> blocks_;
   std::vector<Item> items_;

@@ -21,7 +21,14 @@
 // pv_f16: blocks of kPvRows value rows; per column slice, 16 accumulators (8 heads x
 // 32 columns or 4 x 64) stay in registers over the block, each converted value chunk
 // feeds all the heads, and the probabilities come in as broadcasts.
+// INT8 rows (KV_Q8_G32 / G64; scores_q8, pv_q8) take the same forms: the keys-across-
+// lanes scores transpose 16 keys' codes per 32 dims as bytes (rows j and j + 8 in one
+// register, three in-lane unpack stages and a qword permute), add q times the codes per
+// block in 16-lane partials and multiply each partial by the 16 keys' block scales; the
+// dims form decodes d * code into the f32 block. P.V decodes each row's 32-column slice
+// once (exactly, d * code) for all the heads.
 #include <algorithm>
+#include <cstring>
 
 #include "cpu/kernels/avx512/reduce16.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
@@ -133,8 +140,9 @@ void scores_by_keys(const float* q, int group, int hd, const uint16_t* const* ro
 
 // ---- scores, dims across the lanes ----
 
-void scores_by_dims(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
-                    int lds) {
+// decode(j, dst) writes key j's hd values as f32 (zeros for j >= n handled here).
+template <class Decode>
+void scores_by_dims(const float* q, int group, int hd, int n, float scale, float* s, int lds, Decode decode) {
   alignas(64) float keys[16 * kMaxHeadDim];
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int j0 = 0; j0 < n; j0 += 16) {
@@ -142,7 +150,7 @@ void scores_by_dims(const float* q, int group, int hd, const uint16_t* const* ro
     for (int j = 0; j < 16; ++j) {
       float* dst = keys + j * hd;
       if (j < jn) {
-        for (int d = 0; d < hd; d += 16) _mm512_store_ps(dst + d, f16x16(rows[j0 + j] + d));
+        decode(j0 + j, dst);
       } else {
         for (int d = 0; d < hd; d += 16) _mm512_store_ps(dst + d, _mm512_setzero_ps());
       }
@@ -158,6 +166,94 @@ void scores_by_dims(const float* q, int group, int hd, const uint16_t* const* ro
       }
       _mm512_mask_storeu_ps(s + g * lds + j0, mask, _mm512_mul_ps(scale_v, reduce16(acc)));
     }
+  }
+}
+
+// ---- INT8 scores, keys across the lanes ----
+
+// The codes of 16 keys x 32 dims (bytes [off, off + 32) of each row) transposed into t:
+// 8 chunks of 64 bytes, chunk k holding the 16 keys' codes (in key order, 16 bytes per
+// dim) of dims 2k, 2k + 1, 16 + 2k, 17 + 2k (code_slot). Rows j and j + 8 share a
+// register; three in-lane unpack stages, then one qword permute.
+inline void transpose_codes(const uint8_t* const* rows, int off, uint8_t* t) {
+  __m512i r[8], a[8], b[8];
+  for (int j = 0; j < 8; ++j)
+    r[j] = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + off))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 8] + off)), 1);
+  // Per 128-bit lane (16 dims; lanes 2, 3: keys j + 8): pairs of keys at each dim.
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi8(r[2 * i], r[2 * i + 1]);      // dims 0..7 of the lane
+    a[2 * i + 1] = _mm512_unpackhi_epi8(r[2 * i], r[2 * i + 1]);  // dims 8..15
+  }
+  // b[4 q + e]: keys 4q..4q+3 at dims 4e..4e+3 of the lane.
+  for (int q = 0; q < 2; ++q)
+    for (int h = 0; h < 2; ++h) {
+      const __m512i x = a[4 * q + h], y = a[4 * q + 2 + h];
+      b[4 * q + 2 * h] = _mm512_unpacklo_epi16(x, y);
+      b[4 * q + 2 * h + 1] = _mm512_unpackhi_epi16(x, y);
+    }
+  // c[k]: 8 keys at dims 2k (qword 0 of each lane) and 2k + 1 (qword 1).
+  const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int e = 0; e < 4; ++e) {
+    const __m512i c0 = _mm512_unpacklo_epi32(b[e], b[4 + e]), c1 = _mm512_unpackhi_epi32(b[e], b[4 + e]);
+    _mm512_store_si512(t + (2 * e) * 64, _mm512_permutexvar_epi64(order, c0));
+    _mm512_store_si512(t + (2 * e + 1) * 64, _mm512_permutexvar_epi64(order, c1));
+  }
+}
+
+// Where transpose_codes puts dim d (0..31) of a 32-dim slice.
+constexpr int code_slot(int d) { return d < 16 ? d / 2 * 64 + d % 2 * 16 : (d - 16) / 2 * 64 + (2 + d % 2) * 16; }
+
+// s[g][j0 .. j0 + 16) for G heads from the transposed codes t ([hd / 32][512 bytes]) and
+// the 16 keys' scales dsc ([hd / gsize][16]): per block, 16-lane partial sums over its
+// dims (broadcast q times the converted codes), then times the block's scales.
+template <int G>
+inline void q8_lanes(const float* q, int hd, int gsize, const uint8_t* t, const float* dsc, __m512 scale, float* s,
+                     int lds, __mmask16 mask) {
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int b = 0; b < hd / gsize; ++b) {
+    __m512 part[G];
+    for (int g = 0; g < G; ++g) part[g] = _mm512_setzero_ps();
+    for (int c0 = b * gsize; c0 < (b + 1) * gsize; c0 += 32) {
+      const uint8_t* u = t + c0 * 16;
+      for (int d = 0; d < 32; ++d) {
+        const __m512 x = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + code_slot(d)))));
+        for (int g = 0; g < G; ++g) part[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + c0 + d]), x, part[g]);
+      }
+    }
+    const __m512 dv = _mm512_load_ps(dsc + b * 16);
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(part[g], dv, acc[g]);
+  }
+  for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(s + g * lds, mask, _mm512_mul_ps(scale, acc[g]));
+}
+
+void scores_q8_by_keys(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+                       float* s, int lds) {
+  alignas(64) static const uint8_t zeros[kMaxHeadDim + 64] = {};  // a row of zero scales and codes
+  alignas(64) uint8_t t[kMaxHeadDim * 16];
+  alignas(64) float dsc[kMaxHeadDim / 32 * 16];
+  const int block_bytes = gsize + 2, blocks = hd / gsize;
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int jn = std::min(16, n - j0);
+    const uint8_t* r[16];
+    for (int j = 0; j < 16; ++j) r[j] = j < jn ? rows[j0 + j] : zeros;
+    for (int b = 0; b < blocks; ++b) {
+      for (int h = 0; h < gsize; h += 32) transpose_codes(r, b * block_bytes + 2 + h, t + (b * gsize + h) * 16);
+      alignas(32) uint16_t sc[16];
+      for (int j = 0; j < 16; ++j) std::memcpy(&sc[j], r[j] + b * block_bytes, 2);
+      _mm512_store_ps(dsc + b * 16, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc))));
+    }
+    const __mmask16 mask = jn == 16 ? __mmask16(0xFFFF) : __mmask16((1u << jn) - 1);
+    float* sj = s + j0;
+    int g = 0;
+    for (; g + 8 <= group; g += 8) q8_lanes<8>(q + g * hd, hd, gsize, t, dsc, scale_v, sj + g * lds, lds, mask);
+    if (group - g >= 4) q8_lanes<4>(q + g * hd, hd, gsize, t, dsc, scale_v, sj + g * lds, lds, mask), g += 4;
+    if (group - g >= 2) q8_lanes<2>(q + g * hd, hd, gsize, t, dsc, scale_v, sj + g * lds, lds, mask), g += 2;
+    if (group - g >= 1) q8_lanes<1>(q + g * hd, hd, gsize, t, dsc, scale_v, sj + g * lds, lds, mask);
   }
 }
 
@@ -190,14 +286,70 @@ inline void pv_heads(const float* p, int ldp, int hd, const uint16_t* const* row
   for (; c0 < hd; c0 += 16) pv_slice<G, 1>(p, ldp, hd, rows, n, acc, c0);
 }
 
+// acc[g][x] (G heads x 2 16-column chunks, columns [c0, c0 + 32) of one block) += p[g][j]
+// v_j over the block's INT8 rows: the codes converted and scaled (exactly, d * code)
+// once per row for all the heads.
+template <int G>
+inline void pv_q8_slice(const float* p, int ldp, int hd, int gsize, const uint8_t* const* rows, int n, float* acc,
+                        int c0) {
+  const int block_off = c0 / gsize * (gsize + 2), code_off = block_off + 2 + c0 % gsize;
+  __m512 a[G][2];
+  for (int g = 0; g < G; ++g)
+    for (int x = 0; x < 2; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
+  for (int j = 0; j < n; ++j) {
+    uint16_t h;
+    std::memcpy(&h, rows[j] + block_off, 2);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+    __m512 v[2];
+    for (int x = 0; x < 2; ++x)
+      v[x] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + code_off + 16 * x)))));
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
+      for (int x = 0; x < 2; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int x = 0; x < 2; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+}
+
+template <int G>
+inline void pv_q8_heads(const float* p, int ldp, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
+  for (int c0 = 0; c0 < hd; c0 += 32) pv_q8_slice<G>(p, ldp, hd, gsize, rows, n, acc, c0);
+}
+
 }  // namespace
 
 void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
                 int lds) {
-  if (hd <= 20 * group)
+  if (hd <= 20 * group) {
     scores_by_keys(q, group, hd, rows, n, scale, s, lds);
-  else
-    scores_by_dims(q, group, hd, rows, n, scale, s, lds);
+  } else {
+    scores_by_dims(q, group, hd, n, scale, s, lds, [&](int j, float* dst) {
+      for (int d = 0; d < hd; d += 16) _mm512_store_ps(dst + d, f16x16(rows[j] + d));
+    });
+  }
+}
+
+void scores_q8(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+               float* s, int lds) {
+  if (hd <= 20 * group) {
+    scores_q8_by_keys(q, group, hd, gsize, rows, n, scale, s, lds);
+  } else {
+    scores_by_dims(q, group, hd, n, scale, s, lds, [&](int j, float* dst) {
+      const uint8_t* block = rows[j];
+      for (int b = 0; b < hd / gsize; ++b, block += gsize + 2) {
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m512 dv = _mm512_set1_ps(_cvtsh_ss(h));
+        for (int d = 0; d < gsize; d += 16) {
+          const __m512 c = _mm512_cvtepi32_ps(
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + d))));
+          _mm512_store_ps(dst + b * gsize + d, _mm512_mul_ps(dv, c));
+        }
+      }
+    });
+  }
 }
 
 void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc) {
@@ -208,6 +360,17 @@ void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* r
     for (; g + 4 <= group; g += 4) pv_heads<4>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
     for (; g + 2 <= group; g += 2) pv_heads<2>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
     for (; g < group; ++g) pv_heads<1>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
+  }
+}
+
+void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
+  for (int j0 = 0; j0 < n; j0 += kPvRows) {
+    const int jn = std::min(kPvRows, n - j0);
+    int g = 0;
+    for (; g + 8 <= group; g += 8) pv_q8_heads<8>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
+    for (; g + 4 <= group; g += 4) pv_q8_heads<4>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
+    for (; g + 2 <= group; g += 2) pv_q8_heads<2>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
+    for (; g < group; ++g) pv_q8_heads<1>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
   }
 }
 

@@ -1,5 +1,6 @@
 // The scalar level's fused decode-attention kernels over F16 cache rows
-// (OpKernels::scores_f16, pv_f16): the definition the vector levels are tested against.
+// (OpKernels::scores_f16, pv_f16) and INT8 rows (scores_q8, pv_q8): the definitions the vector
+// levels are tested against.
 #include "common/fp16.hpp"
 #include "cpu/ops/levels/levels.hpp"
 
@@ -19,6 +20,31 @@ void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* r
   for (int j = 0; j < n; ++j)
     for (int d = 0; d < hd; ++d) {
       const float v = fp16_to_fp32(rows[j][d]);
+      for (int g = 0; g < group; ++g) acc[g * hd + d] += p[g * ldp + j] * v;
+    }
+}
+
+void scores_q8(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+               float* s, int lds) {
+  const int block_bytes = gsize + 2;
+  for (int g = 0; g < group; ++g)
+    for (int j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int b = 0; b < hd / gsize; ++b) {
+        const uint8_t* block = rows[j] + b * block_bytes;
+        float part = 0.0f;
+        for (int d = 0; d < gsize; ++d) part += q[g * hd + b * gsize + d] * float(int8_t(block[2 + d]));
+        sum += fp16_to_fp32(uint16_t(block[0] | block[1] << 8)) * part;
+      }
+      s[g * lds + j] = scale * sum;
+    }
+}
+
+void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < hd; ++d) {
+      const uint8_t* block = rows[j] + d / gsize * (gsize + 2);
+      const float v = fp16_to_fp32(uint16_t(block[0] | block[1] << 8)) * float(int8_t(block[2 + d % gsize]));
       for (int g = 0; g < group; ++g) acc[g * hd + d] += p[g * ldp + j] * v;
     }
 }
