@@ -8,10 +8,10 @@
 //  - keys across the lanes, for small heads and wide groups (head_dim <= 20 x group,
 //    e.g. TinyLlama's 64 x 8): 32 keys at a time are transposed as F16 words in
 //    registers (three in-lane unpack stages and a 2-source qword permute per 16 keys x
-//    32 dims, 2 shuffles per 32 values) into a [head_dim][32 keys] block on the stack;
-//    then each dim's 2 x 16 keys are converted once and every query head adds q[g][d]
-//    times them with a broadcast FMA. 16 accumulators (8 heads x 32 keys) hold the
-//    scores; no horizontal reduction at all.
+//    32 dims: 2 shuffles per 16-key vector of one dim) into a [head_dim][32 keys]
+//    block on the stack; then each dim's 2 x 16 keys are converted once and every
+//    query head adds q[g][d] times them with a broadcast FMA. 16 accumulators (8 heads
+//    x 32 keys) hold the scores; no horizontal reduction at all.
 //  - dims across the lanes (large heads, small groups, e.g. Gemma's 256 x 4): 16 keys
 //    are converted into a 16 x head_dim f32 block; each query head takes one 16-lane
 //    accumulator per key, reduced to the vector of 16 scores by a transposing tree of
