@@ -116,6 +116,11 @@ struct OpKernels {
                     float* s, int lds);
   // acc[g][d] += sum_j p[g * ldp + j] * v_j[d] over INT8 value rows (as pv_f16).
   void (*pv_q8)(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc);
+  // The same over INT4 rows (KV_Q4_G32 / G64), in the stored (rotated) domain: q must be
+  // rotated, acc is the rotated sum (kv_formats.hpp).
+  void (*scores_q4)(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+                    float* s, int lds);
+  void (*pv_q4)(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc);
 };
 
 // The op kernels of level `isa` (levels that differ only in weight kernels share a

@@ -188,9 +188,14 @@ class Flash {
         want_scores_(p.score_acc.rows > 0), k_base_(k_cache.row_ptr(0)), v_base_(v_cache.row_ptr(0)),
         direct_f16_(k_cache.type == backend::DType::f16 && ops_.scores_f16 != nullptr && ops_.pv_f16 != nullptr &&
                     p.head_dim % 16 == 0 && p.head_dim <= 512),
-        direct_q8_((k_cache.type == backend::DType::kv_q8_g32 || k_cache.type == backend::DType::kv_q8_g64) &&
-                   ops_.scores_q8 != nullptr && p.head_dim <= 512),
-        direct_q8_values_(v_cache.type == k_cache.type && direct_q8_ && ops_.pv_q8 != nullptr) {}
+        scores_q_(p.head_dim > 512                              ? nullptr
+                  : k_cache.type == backend::DType::kv_q8_g32 || k_cache.type == backend::DType::kv_q8_g64
+                      ? ops_.scores_q8
+                  : quant::kv::is_int4(k_cache.type) ? ops_.scores_q4
+                                                     : nullptr),
+        pv_q_(scores_q_ == nullptr || v_cache.type != k_cache.type ? nullptr
+              : quant::kv::is_int4(k_cache.type)                   ? ops_.pv_q4
+                                                                   : ops_.pv_q8) {}
 
   void run(const std::vector<std::vector<int64_t>>& by_seq) {
     plan(by_seq);
@@ -382,11 +387,11 @@ class Flash {
   // A lone query token without score_acc (decode): its cells [item.lo, item.hi), at most
   // kChunk of them, in two passes. Keys: kLoneBlock rows at a time, each kv head's part
   // decoded into L1 and scored there by the group's query heads (gemm_nt, m = group;
-  // F16 rows: kLoneF16Keys at a time, read in place by OpKernels::scores_f16; INT8 rows
-  // in place by scores_q8, where the level has them);
+  // F16 rows: kLoneF16Keys at a time, read in place by OpKernels::scores_f16; INT8 and
+  // INT4 rows in place by scores_q8 / scores_q4, where the level has them);
   // then every head's softmax over the item's cells at once (no online rescaling); then
   // values: lone_value_rows rows at a time, decoded per kv head and accumulated (gemm_nn;
-  // F16 and INT8 rows: 32 at a time in place, pv_f16 / pv_q8).
+  // F16, INT8 and INT4 rows: 32 at a time in place, pv_f16 / pv_q8 / pv_q4).
   // Each cache row is read once per pass, whole, in cell order.
   void run_lone(const Item& item, const Block& b, Scratch& x) {
     const SeqCells& sc = cells_[size_t(b.seq)];
@@ -421,8 +426,8 @@ class Flash {
                           scores + int64_t(h) * group * kChunk + j0, int(kChunk));
         }
       }
-    } else if (direct_q8_) {
-      // INT8 key rows read in place (scaled codes, no f32 tile).
+    } else if (scores_q_ != nullptr) {
+      // INT8 / INT4 key rows read in place (scaled codes, no f32 tile).
       const int gsize = quant::kv::group_size(k_.type);
       for (int64_t j0 = 0; j0 < n; j0 += kLoneBlock) {
         const int64_t jn = std::min(kLoneBlock, n - j0);
@@ -433,8 +438,8 @@ class Flash {
           const uint8_t* rows[kLoneBlock];
           for (int64_t j = 0; j < jn; ++j)
             rows[j] = reinterpret_cast<const uint8_t*>(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);
-          ops_.scores_q8(queries + int64_t(h) * group * hd, group, hd, gsize, rows, int(jn), p_.scale,
-                         scores + int64_t(h) * group * kChunk + j0, int(kChunk));
+          scores_q_(queries + int64_t(h) * group * hd, group, hd, gsize, rows, int(jn), p_.scale,
+                    scores + int64_t(h) * group * kChunk + j0, int(kChunk));
         }
       }
     } else {
@@ -483,7 +488,7 @@ class Flash {
                       acc + int64_t(h) * group * hd);
         }
       }
-    } else if (direct_q8_values_) {
+    } else if (pv_q_ != nullptr) {
       const int gsize = quant::kv::group_size(v_.type);
       constexpr int64_t kBlock = 32;
       for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
@@ -494,8 +499,8 @@ class Flash {
           const uint8_t* rows[kBlock];
           for (int64_t j = 0; j < jn; ++j)
             rows[j] = reinterpret_cast<const uint8_t*>(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);
-          ops_.pv_q8(scores + int64_t(h) * group * kChunk + j0, int(kChunk), group, hd, gsize, rows, int(jn),
-                     acc + int64_t(h) * group * hd);
+          pv_q_(scores + int64_t(h) * group * kChunk + j0, int(kChunk), group, hd, gsize, rows, int(jn),
+                acc + int64_t(h) * group * hd);
         }
       }
     } else {
@@ -634,8 +639,10 @@ class Flash {
   const std::byte* const k_base_;  // row 0 of the K and V caches
   const std::byte* const v_base_;
   const bool direct_f16_;  // a lone token's F16 rows go to OpKernels::scores_f16 / pv_f16
-  const bool direct_q8_;         // a lone token's INT8 key rows go to OpKernels::scores_q8
-  const bool direct_q8_values_;  // and its INT8 value rows to pv_q8
+  // A lone token's INT8 / INT4 rows, read in place: OpKernels::scores_q8 / pv_q8 or
+  // scores_q4 / pv_q4 where the level has them, else nullptr (decoded tiles).
+  decltype(OpKernels::scores_q8) const scores_q_;
+  decltype(OpKernels::pv_q8) const pv_q_;
   std::vector<SeqCells> cells_;
   std::vector<Block> blocks_;
   std::vector<Item> items_;

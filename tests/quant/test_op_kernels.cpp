@@ -309,6 +309,75 @@ TEST_CASE("op kernels: INT8 decode-attention scores and P.V agree with double su
   }
 }
 
+// The INT4 entries likewise (KV_Q4_G32 / G64 rows in their stored domain, y = d * code
+// + m; element i of a block in the low nibble of byte i, element i + G/2 in the high one).
+TEST_CASE("op kernels: INT4 decode-attention scores and P.V agree with double sums", "[kernels]") {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(0, 15);
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& k = cpu::op_kernels(isa);
+    if (k.scores_q4 == nullptr) continue;
+    REQUIRE(k.pv_q4 != nullptr);
+    for (const int gsize : {32, 64})
+      for (const int group : {1, 3, 4, 8, 16})
+        for (const int hd : {64, 128, 256})
+          for (const int n : {1, 15, 16, 17, 40}) {
+            INFO(cpu::isa_name(isa) << " block " << gsize << " group " << group << " head_dim " << hd << " keys " << n);
+            const int half = gsize / 2, block_bytes = half + 4, blocks = hd / gsize;
+            std::vector<uint8_t> rows_bytes(size_t(n) * size_t(blocks * block_bytes));
+            std::vector<float> decoded(size_t(n) * hd);
+            for (int j = 0; j < n; ++j)
+              for (int b = 0; b < blocks; ++b) {
+                uint8_t* block = rows_bytes.data() + (size_t(j) * blocks + size_t(b)) * size_t(block_bytes);
+                const uint16_t d = ember::fp32_to_fp16(0.01f + std::fabs(normal(rng)) * 0.1f);
+                const uint16_t m = ember::fp32_to_fp16(normal(rng));
+                std::memcpy(block, &d, 2);
+                std::memcpy(block + 2, &m, 2);
+                for (int i = 0; i < half; ++i) {
+                  const int lo = code(rng), hi = code(rng);
+                  block[4 + i] = uint8_t(lo | hi << 4);
+                  decoded[size_t(j * hd + b * gsize + i)] = ember::fp16_to_fp32(d) * float(lo) + ember::fp16_to_fp32(m);
+                  decoded[size_t(j * hd + b * gsize + half + i)] =
+                      ember::fp16_to_fp32(d) * float(hi) + ember::fp16_to_fp32(m);
+                }
+              }
+            std::vector<const uint8_t*> rows(static_cast<size_t>(n));
+            for (int j = 0; j < n; ++j) rows[size_t(j)] = rows_bytes.data() + size_t(j) * size_t(blocks * block_bytes);
+            std::vector<float> q(size_t(group) * hd);
+            for (auto& x : q) x = normal(rng);
+            const int ld = n + 3;
+            std::vector<float> s(size_t(group) * ld, -7.0f);
+            k.scores_q4(q.data(), group, hd, gsize, rows.data(), n, 0.125f, s.data(), ld);
+            for (int g = 0; g < group; ++g) {
+              for (int j = 0; j < n; ++j) {
+                double want = 0.0, mag = 0.0;
+                for (int d = 0; d < hd; ++d) {
+                  const double term = double(q[size_t(g * hd + d)]) * decoded[size_t(j * hd + d)];
+                  want += term, mag += std::fabs(term);
+                }
+                CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
+              }
+              for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);
+            }
+            std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
+            for (auto& x : p) x = std::fabs(normal(rng));
+            for (auto& x : acc) x = normal(rng);
+            const std::vector<float> before = acc;
+            k.pv_q4(p.data(), ld, group, hd, gsize, rows.data(), n, acc.data());
+            for (int g = 0; g < group; ++g)
+              for (int d = 0; d < hd; ++d) {
+                double want = before[size_t(g * hd + d)], mag = std::fabs(want);
+                for (int j = 0; j < n; ++j) {
+                  const double term = double(p[size_t(g * ld + j)]) * decoded[size_t(j * hd + d)];
+                  want += term, mag += std::fabs(term);
+                }
+                CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
+              }
+          }
+  }
+}
+
 TEST_CASE("op kernels: exp_masked zeroes masked entries and returns the sum", "[kernels]") {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (const Isa isa : cpu::available_isas())

@@ -80,8 +80,8 @@ op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;
 op_signature::PvF16 pv_f16;
-op_signature::ScoresQ8 scores_q8;
-op_signature::PvQ8 pv_q8;
+op_signature::ScoresQ8 scores_q8, scores_q4;
+op_signature::PvQ8 pv_q8, pv_q4;
 // The GELU(tanh) of every F16 value as F16 bits (elementwise.cpp explains), built on first use.
 const uint16_t* gelu_f16_table();
 }  // namespace scalar
@@ -115,8 +115,8 @@ op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
 op_signature::PvF16 pv_f16;
-op_signature::ScoresQ8 scores_q8;
-op_signature::PvQ8 pv_q8;
+op_signature::ScoresQ8 scores_q8, scores_q4;
+op_signature::PvQ8 pv_q8, pv_q4;
 }  // namespace avx512
 #endif
 

@@ -47,6 +47,8 @@ extern const OpKernels kOps = {
     .pv_f16 = pv_f16,
     .scores_q8 = scores_q8,
     .pv_q8 = pv_q8,
+    .scores_q4 = scores_q4,
+    .pv_q4 = pv_q4,
 };
 }  // namespace scalar
 
@@ -86,6 +88,8 @@ extern const OpKernels kOps = {
     .pv_f16 = pv_f16,
     .scores_q8 = nullptr,  // the decoded-tile path
     .pv_q8 = nullptr,
+    .scores_q4 = nullptr,
+    .pv_q4 = nullptr,
 };
 }  // namespace avx2
 
@@ -124,6 +128,8 @@ extern const OpKernels kOps = {
     .pv_f16 = pv_f16,
     .scores_q8 = scores_q8,
     .pv_q8 = pv_q8,
+    .scores_q4 = scores_q4,
+    .pv_q4 = pv_q4,
 };
 }  // namespace avx512
 #endif
@@ -164,6 +170,8 @@ extern const OpKernels kOps = {
     .pv_f16 = nullptr,
     .scores_q8 = nullptr,
     .pv_q8 = nullptr,
+    .scores_q4 = nullptr,
+    .pv_q4 = nullptr,
 };
 }  // namespace neon
 #endif

@@ -171,16 +171,16 @@ void scores_by_dims(const float* q, int group, int hd, int n, float scale, float
 
 // ---- INT8 scores, keys across the lanes ----
 
-// The codes of 16 keys x 32 dims (bytes [off, off + 32) of each row) transposed into t:
+// The codes of 16 keys x 32 dims (bytes [off, off + 32) of each row, zeros past the
+// `bytes` mask) transposed into t:
 // 8 chunks of 64 bytes, chunk k holding the 16 keys' codes (in key order, 16 bytes per
 // dim) of dims 2k, 2k + 1, 16 + 2k, 17 + 2k (code_slot). Rows j and j + 8 share a
 // register; three in-lane unpack stages, then one qword permute.
-inline void transpose_codes(const uint8_t* const* rows, int off, uint8_t* t) {
+inline void transpose_codes(const uint8_t* const* rows, int off, uint8_t* t, __mmask32 bytes = 0xFFFFFFFFu) {
   __m512i r[8], a[8], b[8];
   for (int j = 0; j < 8; ++j)
-    r[j] = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + off))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 8] + off)), 1);
+    r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(bytes, rows[j] + off)),
+                              _mm256_maskz_loadu_epi8(bytes, rows[j + 8] + off), 1);
   // Per 128-bit lane (16 dims; lanes 2, 3: keys j + 8): pairs of keys at each dim.
   for (int i = 0; i < 4; ++i) {
     a[2 * i] = _mm512_unpacklo_epi8(r[2 * i], r[2 * i + 1]);      // dims 0..7 of the lane
@@ -318,6 +318,97 @@ inline void pv_q8_heads(const float* p, int ldp, int hd, int gsize, const uint8_
   for (int c0 = 0; c0 < hd; c0 += 32) pv_q8_slice<G>(p, ldp, hd, gsize, rows, n, acc, c0);
 }
 
+// ---- INT4 (KV_Q4_G32 / G64, stored rotated: y = d * code + m per block) ----
+
+// The low and high nibbles of 16 bytes (16 keys) as f32.
+inline void nibbles16(const uint8_t* p, __m512& lo, __m512& hi) {
+  const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(15);
+  lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(x, mask)));
+  hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(x, 4), mask)));
+}
+
+// s[g][j0 .. j0 + 16) for G heads from the transposed code bytes t ([blocks][512 bytes]:
+// the block's gsize / 2 bytes as transpose_codes lays them out), the keys' block scales
+// dsc and offsets msc ([blocks][16]) and the heads' block sums of q, qsum[g][b]:
+// sum_b d_b (q_b . codes_b) + m_b sum(q_b).
+template <int G>
+inline void q4_lanes(const float* q, int hd, int gsize, const uint8_t* t, const float* dsc, const float* msc,
+                     const float* qsum, __m512 scale, float* s, int lds, __mmask16 mask) {
+  const int half = gsize / 2, blocks = hd / gsize;
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    __m512 part[G];
+    for (int g = 0; g < G; ++g) part[g] = _mm512_setzero_ps();
+    const uint8_t* u = t + b * 512;
+    for (int e = 0; e < half; ++e) {
+      __m512 lo, hi;
+      nibbles16(u + code_slot(e), lo, hi);
+      const int d = b * gsize + e;  // the low nibble's dim; the high one's is d + half
+      for (int g = 0; g < G; ++g) {
+        part[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + d]), lo, part[g]);
+        part[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + d + half]), hi, part[g]);
+      }
+    }
+    const __m512 dv = _mm512_load_ps(dsc + b * 16), mv = _mm512_load_ps(msc + b * 16);
+    for (int g = 0; g < G; ++g) {
+      acc[g] = _mm512_fmadd_ps(part[g], dv, acc[g]);
+      acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(qsum[g * blocks + b]), mv, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(s + g * lds, mask, _mm512_mul_ps(scale, acc[g]));
+}
+
+template <int G>
+inline void q4_heads(const float* q, int hd, int gsize, const uint8_t* t, const float* dsc, const float* msc,
+                     __m512 scale, float* s, int lds, __mmask16 mask) {
+  const int blocks = hd / gsize;
+  float qsum[G * kMaxHeadDim / 32];
+  for (int g = 0; g < G; ++g)
+    for (int b = 0; b < blocks; ++b) {
+      __m512 sum = _mm512_loadu_ps(q + g * hd + b * gsize);
+      for (int i = 16; i < gsize; i += 16) sum = _mm512_add_ps(sum, _mm512_loadu_ps(q + g * hd + b * gsize + i));
+      qsum[g * blocks + b] = _mm512_reduce_add_ps(sum);
+    }
+  q4_lanes<G>(q, hd, gsize, t, dsc, msc, qsum, scale, s, lds, mask);
+}
+
+// acc[g][x] += p[g][j] y_j over columns [c0, c0 + 32) of one block: each row's codes
+// decoded once (d * code + m, multiplied then added as the reference decoder does).
+template <int G>
+inline void pv_q4_slice(const float* p, int ldp, int hd, int gsize, const uint8_t* const* rows, int n, float* acc,
+                        int c0) {
+  const int half = gsize / 2, in_block = c0 % gsize;
+  const int block_off = c0 / gsize * (half + 4), byte_off = block_off + 4 + in_block % half;
+  const bool high = in_block >= half;
+  const __m128i nib = _mm_set1_epi8(15);
+  __m512 a[G][2];
+  for (int g = 0; g < G; ++g)
+    for (int x = 0; x < 2; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
+  for (int j = 0; j < n; ++j) {
+    uint16_t h[2];
+    std::memcpy(h, rows[j] + block_off, 4);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(h[0])), m = _mm512_set1_ps(_cvtsh_ss(h[1]));
+    __m512 v[2];
+    for (int x = 0; x < 2; ++x) {
+      // Columns c0 + 16 x ..: 16 bytes on from byte_off + 16 x (G = 64) or the low and
+      // high nibbles of the same 16 bytes (G = 32).
+      const int off = gsize == 32 ? byte_off : byte_off + 16 * x;
+      const bool hi = gsize == 32 ? x == 1 : high;
+      __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + off));
+      if (hi) bytes = _mm_srli_epi16(bytes, 4);
+      const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, nib)));
+      v[x] = _mm512_add_ps(_mm512_mul_ps(d, c), m);
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
+      for (int x = 0; x < 2; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int x = 0; x < 2; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+}
+
 }  // namespace
 
 void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
@@ -371,6 +462,50 @@ void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t*
     for (; g + 4 <= group; g += 4) pv_q8_heads<4>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
     for (; g + 2 <= group; g += 2) pv_q8_heads<2>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
     for (; g < group; ++g) pv_q8_heads<1>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd);
+  }
+}
+
+void scores_q4(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+               float* s, int lds) {
+  alignas(64) static const uint8_t zeros[kMaxHeadDim + 64] = {};
+  alignas(64) uint8_t t[kMaxHeadDim * 16];
+  alignas(64) float dsc[kMaxHeadDim / 32 * 16], msc[kMaxHeadDim / 32 * 16];
+  const int half = gsize / 2, block_bytes = half + 4, blocks = hd / gsize;
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int jn = std::min(16, n - j0);
+    const uint8_t* r[16];
+    for (int j = 0; j < 16; ++j) r[j] = j < jn ? rows[j0 + j] : zeros;
+    for (int b = 0; b < blocks; ++b) {
+      transpose_codes(r, b * block_bytes + 4, t + b * 512, half >= 32 ? 0xFFFFFFFFu : 0xFFFFu);
+      alignas(32) uint16_t sd[16], sm[16];
+      for (int j = 0; j < 16; ++j) {
+        std::memcpy(&sd[j], r[j] + b * block_bytes, 2);
+        std::memcpy(&sm[j], r[j] + b * block_bytes + 2, 2);
+      }
+      _mm512_store_ps(dsc + b * 16, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sd))));
+      _mm512_store_ps(msc + b * 16, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sm))));
+    }
+    const __mmask16 mask = jn == 16 ? __mmask16(0xFFFF) : __mmask16((1u << jn) - 1);
+    float* sj = s + j0;
+    int g = 0;
+    for (; g + 8 <= group; g += 8) q4_heads<8>(q + g * hd, hd, gsize, t, dsc, msc, scale_v, sj + g * lds, lds, mask);
+    if (group - g >= 4) q4_heads<4>(q + g * hd, hd, gsize, t, dsc, msc, scale_v, sj + g * lds, lds, mask), g += 4;
+    if (group - g >= 2) q4_heads<2>(q + g * hd, hd, gsize, t, dsc, msc, scale_v, sj + g * lds, lds, mask), g += 2;
+    if (group - g >= 1) q4_heads<1>(q + g * hd, hd, gsize, t, dsc, msc, scale_v, sj + g * lds, lds, mask);
+  }
+}
+
+void pv_q4(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
+  for (int j0 = 0; j0 < n; j0 += kPvRows) {
+    const int jn = std::min(kPvRows, n - j0);
+    for (int c0 = 0; c0 < hd; c0 += 32) {
+      int g = 0;
+      for (; g + 8 <= group; g += 8) pv_q4_slice<8>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd, c0);
+      for (; g + 4 <= group; g += 4) pv_q4_slice<4>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd, c0);
+      for (; g + 2 <= group; g += 2) pv_q4_slice<2>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd, c0);
+      for (; g < group; ++g) pv_q4_slice<1>(p + g * ldp + j0, ldp, hd, gsize, rows + j0, jn, acc + g * hd, c0);
+    }
   }
 }
 
