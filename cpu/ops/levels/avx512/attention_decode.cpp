@@ -26,7 +26,10 @@
 // register, three in-lane unpack stages and a qword permute), add q times the codes per
 // block in 16-lane partials and multiply each partial by the 16 keys' block scales; the
 // dims form decodes d * code into the f32 block. P.V decodes each row's 32-column slice
-// once (exactly, d * code) for all the heads.
+// once (exactly, d * code) for all the heads. INT4 rows (scores_q4, pv_q4; the stored,
+// rotated values y = d * code + m) transpose their code bytes the same way, split the
+// nibbles, and add each block's m times the query's block sum; always keys across the
+// lanes.
 #include <algorithm>
 #include <cstring>
 
