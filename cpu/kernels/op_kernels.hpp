@@ -109,6 +109,18 @@ struct OpKernels {
                      int lds);
   // acc[g][d] += sum_j p[g * ldp + j] * v_j[d], acc: [group][hd].
   void (*pv_f16)(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc);
+  // The same scores over INT8 cache rows (KV_Q8_G32 / G64, gsize 32 or 64): rows[j] points
+  // at one kv head's hd / gsize blocks; s[g * lds + j] = scale * sum over blocks b of
+  // d_jb * (q[g] . codes_jb). nullptr: the decoded-tile path.
+  void (*scores_q8)(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+                    float* s, int lds);
+  // acc[g][d] += sum_j p[g * ldp + j] * v_j[d] over INT8 value rows (as pv_f16).
+  void (*pv_q8)(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc);
+  // The same over INT4 rows (KV_Q4_G32 / G64), in the stored (rotated) domain: q must be
+  // rotated, acc is the rotated sum (kv_formats.hpp).
+  void (*scores_q4)(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+                    float* s, int lds);
+  void (*pv_q4)(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc);
 };
 
 // The op kernels of level `isa` (levels that differ only in weight kernels share a

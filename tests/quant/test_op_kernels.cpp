@@ -185,7 +185,7 @@ TEST_CASE("op kernels: elementwise entries give the scalar level's bits at every
 
 // The fused decode-attention entries (attention_flash.cpp's lone-token path), where a level
 // has them, against sums in double over the same F16 rows: every group size the
-// register blocking splits (1..8 heads), head sizes of one and several 64-column slices
+// register blocking splits (1..8 heads, 16), head sizes of one and several 64-column slices
 // and a 16-column tail, and key counts around the 16-key and 32-row blocks.
 TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sums", "[kernels]") {
   std::mt19937 rng(7);
@@ -194,9 +194,9 @@ TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sum
     const cpu::OpKernels& k = cpu::op_kernels(isa);
     if (k.scores_f16 == nullptr) continue;
     REQUIRE(k.pv_f16 != nullptr);
-    for (const int group : {1, 2, 3, 4, 5, 8})
+    for (const int group : {1, 2, 3, 4, 5, 7, 8, 16})
       for (const int hd : {16, 64, 80, 256})
-        for (const int n : {1, 15, 16, 17, 33, 70}) {
+        for (const int n : {1, 15, 16, 17, 31, 33, 70}) {
           INFO(cpu::isa_name(isa) << " group " << group << " head_dim " << hd << " keys " << n);
           std::vector<uint16_t> keys(size_t(n) * hd), values(size_t(n) * hd);
           for (auto& h : keys) h = ember::fp32_to_fp16(normal(rng));
@@ -240,6 +240,144 @@ TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sum
 
 // exp_masked and exp_masked16: -inf entries become 0, the rest e^(s - max) within
 // exp_approx's 3e-7, and the returned sum is theirs.
+// The INT8 decode-attention scores and P.V (KV_Q8_G32 / G64 rows read in place), where a level
+// has them, against sums in double of q times the decoded values: both the keys-across-
+// lanes form (small heads, wide groups) and the dims-across-lanes one, groups of 16
+// heads split in 8s, blocks of 32 and 64, key counts around the 16-key blocks. A key
+// count that is not a multiple of 16 must leave the scores past n untouched.
+TEST_CASE("op kernels: INT8 decode-attention scores and P.V agree with double sums", "[kernels]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(-127, 127);
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& k = cpu::op_kernels(isa);
+    if (k.scores_q8 == nullptr) continue;
+    REQUIRE(k.pv_q8 != nullptr);
+    for (const int gsize : {32, 64})
+      for (const int group : {1, 3, 4, 8, 16})
+        for (const int hd : {64, 128, 256})
+          for (const int n : {1, 15, 16, 17, 40}) {
+            INFO(cpu::isa_name(isa) << " block " << gsize << " group " << group << " head_dim " << hd << " keys " << n);
+            const int block_bytes = gsize + 2, blocks = hd / gsize;
+            std::vector<uint8_t> keys(size_t(n) * size_t(blocks * block_bytes));
+            std::vector<float> decoded(size_t(n) * hd);
+            for (int j = 0; j < n; ++j)
+              for (int b = 0; b < blocks; ++b) {
+                uint8_t* block = keys.data() + (size_t(j) * blocks + size_t(b)) * size_t(block_bytes);
+                const uint16_t d = ember::fp32_to_fp16(0.01f + std::fabs(normal(rng)) * 0.02f);
+                std::memcpy(block, &d, 2);
+                for (int i = 0; i < gsize; ++i) {
+                  const auto c = int8_t(code(rng));
+                  block[2 + i] = uint8_t(c);
+                  decoded[size_t(j * hd + b * gsize + i)] = ember::fp16_to_fp32(d) * float(c);
+                }
+              }
+            std::vector<const uint8_t*> rows(static_cast<size_t>(n));
+            for (int j = 0; j < n; ++j) rows[size_t(j)] = keys.data() + size_t(j) * size_t(blocks * block_bytes);
+            std::vector<float> q(size_t(group) * hd);
+            for (auto& x : q) x = normal(rng);
+            const int ld = n + 3;
+            std::vector<float> s(size_t(group) * ld, -7.0f);
+            k.scores_q8(q.data(), group, hd, gsize, rows.data(), n, 0.125f, s.data(), ld);
+            for (int g = 0; g < group; ++g) {
+              for (int j = 0; j < n; ++j) {
+                double want = 0.0, mag = 0.0;
+                for (int d = 0; d < hd; ++d) {
+                  const double term = double(q[size_t(g * hd + d)]) * decoded[size_t(j * hd + d)];
+                  want += term, mag += std::fabs(term);
+                }
+                CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
+              }
+              for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);
+            }
+            // The same rows as values.
+            std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
+            for (auto& x : p) x = std::fabs(normal(rng));
+            for (auto& x : acc) x = normal(rng);
+            const std::vector<float> before = acc;
+            k.pv_q8(p.data(), ld, group, hd, gsize, rows.data(), n, acc.data());
+            for (int g = 0; g < group; ++g)
+              for (int d = 0; d < hd; ++d) {
+                double want = before[size_t(g * hd + d)], mag = std::fabs(want);
+                for (int j = 0; j < n; ++j) {
+                  const double term = double(p[size_t(g * ld + j)]) * decoded[size_t(j * hd + d)];
+                  want += term, mag += std::fabs(term);
+                }
+                CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
+              }
+          }
+  }
+}
+
+// The INT4 entries likewise (KV_Q4_G32 / G64 rows in their stored domain, y = d * code
+// + m; element i of a block in the low nibble of byte i, element i + G/2 in the high one).
+TEST_CASE("op kernels: INT4 decode-attention scores and P.V agree with double sums", "[kernels]") {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(0, 15);
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& k = cpu::op_kernels(isa);
+    if (k.scores_q4 == nullptr) continue;
+    REQUIRE(k.pv_q4 != nullptr);
+    for (const int gsize : {32, 64})
+      for (const int group : {1, 3, 4, 8, 16})
+        for (const int hd : {64, 128, 256})
+          for (const int n : {1, 15, 16, 17, 40}) {
+            INFO(cpu::isa_name(isa) << " block " << gsize << " group " << group << " head_dim " << hd << " keys " << n);
+            const int half = gsize / 2, block_bytes = half + 4, blocks = hd / gsize;
+            std::vector<uint8_t> rows_bytes(size_t(n) * size_t(blocks * block_bytes));
+            std::vector<float> decoded(size_t(n) * hd);
+            for (int j = 0; j < n; ++j)
+              for (int b = 0; b < blocks; ++b) {
+                uint8_t* block = rows_bytes.data() + (size_t(j) * blocks + size_t(b)) * size_t(block_bytes);
+                const uint16_t d = ember::fp32_to_fp16(0.01f + std::fabs(normal(rng)) * 0.1f);
+                const uint16_t m = ember::fp32_to_fp16(normal(rng));
+                std::memcpy(block, &d, 2);
+                std::memcpy(block + 2, &m, 2);
+                for (int i = 0; i < half; ++i) {
+                  const int lo = code(rng), hi = code(rng);
+                  block[4 + i] = uint8_t(lo | hi << 4);
+                  decoded[size_t(j * hd + b * gsize + i)] = ember::fp16_to_fp32(d) * float(lo) + ember::fp16_to_fp32(m);
+                  decoded[size_t(j * hd + b * gsize + half + i)] =
+                      ember::fp16_to_fp32(d) * float(hi) + ember::fp16_to_fp32(m);
+                }
+              }
+            std::vector<const uint8_t*> rows(static_cast<size_t>(n));
+            for (int j = 0; j < n; ++j) rows[size_t(j)] = rows_bytes.data() + size_t(j) * size_t(blocks * block_bytes);
+            std::vector<float> q(size_t(group) * hd);
+            for (auto& x : q) x = normal(rng);
+            const int ld = n + 3;
+            std::vector<float> s(size_t(group) * ld, -7.0f);
+            k.scores_q4(q.data(), group, hd, gsize, rows.data(), n, 0.125f, s.data(), ld);
+            for (int g = 0; g < group; ++g) {
+              for (int j = 0; j < n; ++j) {
+                double want = 0.0, mag = 0.0;
+                for (int d = 0; d < hd; ++d) {
+                  const double term = double(q[size_t(g * hd + d)]) * decoded[size_t(j * hd + d)];
+                  want += term, mag += std::fabs(term);
+                }
+                CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
+              }
+              for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);
+            }
+            std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
+            for (auto& x : p) x = std::fabs(normal(rng));
+            for (auto& x : acc) x = normal(rng);
+            const std::vector<float> before = acc;
+            k.pv_q4(p.data(), ld, group, hd, gsize, rows.data(), n, acc.data());
+            for (int g = 0; g < group; ++g)
+              for (int d = 0; d < hd; ++d) {
+                double want = before[size_t(g * hd + d)], mag = std::fabs(want);
+                for (int j = 0; j < n; ++j) {
+                  const double term = double(p[size_t(g * ld + j)]) * decoded[size_t(j * hd + d)];
+                  want += term, mag += std::fabs(term);
+                }
+                CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
+              }
+          }
+  }
+}
+
 TEST_CASE("op kernels: exp_masked zeroes masked entries and returns the sum", "[kernels]") {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (const Isa isa : cpu::available_isas())

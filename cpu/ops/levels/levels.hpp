@@ -47,6 +47,10 @@ using KvRows = const KvRowKernels*(quant::DType type);
 using ScoresF16 = void(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
                        int lds);
 using PvF16 = void(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc);
+using ScoresQ8 = void(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+                      float* s, int lds);
+using PvQ8 = void(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n,
+                  float* acc);
 }  // namespace op_signature
 
 // loops.cpp, compiled once per level into the namespace EMBER_OPS_NS names.
@@ -76,6 +80,8 @@ op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;
 op_signature::PvF16 pv_f16;
+op_signature::ScoresQ8 scores_q8, scores_q4;
+op_signature::PvQ8 pv_q8, pv_q4;
 // The GELU(tanh) of every F16 value as F16 bits (elementwise.cpp explains), built on first use.
 const uint16_t* gelu_f16_table();
 }  // namespace scalar
@@ -109,6 +115,8 @@ op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
 op_signature::PvF16 pv_f16;
+op_signature::ScoresQ8 scores_q8, scores_q4;
+op_signature::PvQ8 pv_q8, pv_q4;
 }  // namespace avx512
 #endif
 

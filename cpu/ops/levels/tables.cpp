@@ -45,6 +45,10 @@ extern const OpKernels kOps = {
     .kv_rows = kv_rows,
     .scores_f16 = scores_f16,
     .pv_f16 = pv_f16,
+    .scores_q8 = scores_q8,
+    .pv_q8 = pv_q8,
+    .scores_q4 = scores_q4,
+    .pv_q4 = pv_q4,
 };
 }  // namespace scalar
 
@@ -82,6 +86,10 @@ extern const OpKernels kOps = {
     .kv_rows = kv_rows,
     .scores_f16 = scores_f16,
     .pv_f16 = pv_f16,
+    .scores_q8 = nullptr,  // the decoded-tile path
+    .pv_q8 = nullptr,
+    .scores_q4 = nullptr,
+    .pv_q4 = nullptr,
 };
 }  // namespace avx2
 
@@ -118,6 +126,10 @@ extern const OpKernels kOps = {
     .kv_rows = kv_rows,
     .scores_f16 = scores_f16,
     .pv_f16 = pv_f16,
+    .scores_q8 = scores_q8,
+    .pv_q8 = pv_q8,
+    .scores_q4 = scores_q4,
+    .pv_q4 = pv_q4,
 };
 }  // namespace avx512
 #endif
@@ -156,6 +168,10 @@ extern const OpKernels kOps = {
     .kv_rows = kv_rows,
     .scores_f16 = nullptr,  // the decoded-tile path
     .pv_f16 = nullptr,
+    .scores_q8 = nullptr,
+    .pv_q8 = nullptr,
+    .scores_q4 = nullptr,
+    .pv_q4 = nullptr,
 };
 }  // namespace neon
 #endif
