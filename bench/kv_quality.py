@@ -11,6 +11,11 @@ scored token's negative log-likelihood, and the change of the mean over the same
 differences: a change smaller than about twice that is noise (a quantized cache moves
 individual tokens' probabilities both ways).
 
+With --nll-dir DIR the per-token files are kept there as TEXT.TYPE.gGROUP.nll (the text's
+file name without its extension) with the perplexity in TEXT.TYPE.gGROUP.ppl, and a run
+whose two files exist is not repeated: a new storage type can be added to a table without
+running the others again (only valid for files the same build wrote).
+
 Bytes per token come from `ember info` (the model's KV bytes per token at each storage).
 Only the Python standard library is needed, and matplotlib for --plot.
 """
@@ -56,7 +61,7 @@ def bytes_per_token(ember, model):
     out = run([ember, "info", "-m", model])
     table = {}
     for line in out.splitlines():
-        match = re.search(r"\b(f16|f32|int8|int4)(?: g(\d+))?\b.*?([0-9][0-9,]*) bytes", line, re.IGNORECASE)
+        match = re.search(r"\b(f16|f32|int8|int4o|int4)(?: g(\d+))?\b.*?([0-9][0-9,]*) bytes", line, re.IGNORECASE)
         if match:
             table[(match.group(1).lower(), int(match.group(2) or 32))] = int(match.group(3).replace(",", ""))
     return table
@@ -72,18 +77,28 @@ def main():
     parser.add_argument("--kv", default="f16,int8:32,int4:32", help="TYPE[:GROUP] list, the first is the baseline")
     parser.add_argument("--ember", default=os.environ.get("EMBER") or shutil.which("ember"))
     parser.add_argument("--plot", metavar="FILE")
+    parser.add_argument("--nll-dir", metavar="DIR", help="keep (and reuse) the per-token files here")
     args = parser.parse_args()
     if not args.ember:
         parser.error("set EMBER to the ember CLI binary (build/examples/ember)")
     kvs = [(k.split(":")[0], int(k.split(":")[1]) if ":" in k else 32) for k in args.kv.split(",")]
     sizes = bytes_per_token(args.ember, args.model)
     results, nlls = {}, {}
-    scratch = tempfile.mkdtemp(prefix="kv_quality_")
+    scratch = args.nll_dir or tempfile.mkdtemp(prefix="kv_quality_")
+    os.makedirs(scratch, exist_ok=True)
     for text in args.texts:
         for kv_type, group in kvs:
-            nll_file = os.path.join(scratch, f"{len(nlls)}.nll")
-            ppl, nll = perplexity(args.ember, args.model, text, args.ctx, args.threads, kv_type, group,
-                                  args.chunks, nll_file)
+            stem = os.path.join(scratch, f"{os.path.splitext(os.path.basename(text))[0]}.{kv_type}.g{group}")
+            if args.nll_dir and os.path.exists(stem + ".nll") and os.path.exists(stem + ".ppl"):
+                with open(stem + ".ppl") as f:
+                    ppl = float(f.read())
+                with open(stem + ".nll") as f:
+                    nll = [float(line) for line in f if line.strip()]
+            else:
+                ppl, nll = perplexity(args.ember, args.model, text, args.ctx, args.threads, kv_type, group,
+                                      args.chunks, stem + ".nll")
+                with open(stem + ".ppl", "w") as f:
+                    f.write(f"{ppl}\n")
             results[(text, kv_type, group)], nlls[(text, kv_type, group)] = ppl, nll
             print(f"  {os.path.basename(text)} {kv_type} g{group}: {ppl:.4f} ({len(nll)} tokens)", flush=True)
     base_type, base_group = kvs[0]

@@ -23,7 +23,7 @@ namespace ember::cpu {
 // struct KvRowKernels (cpu/kernels/op_kernels.hpp): dot, axpy and decode_stored work in
 // the stored domain, decode gives x, rotate / unrotate move vectors in and out.
 
-// Kernels for one of the four kv_q* types at one level; throws unsupported for other types.
+// Kernels for one of the six kv_q* types at one level; throws unsupported for other types.
 KvRowKernels kv_row_kernels(Isa isa, quant::DType type);
 
 }  // namespace ember::cpu

@@ -17,11 +17,13 @@ void kv_store(OpContext& ctx, const Tensor& src, const Tensor& cache, const Tens
   if (const int group = quant::kv::group_size(cache.type); group != 0) {
     // The reference quantizer itself (quant/kv_formats.cpp), so the bytes are the specified ones;
     // rows are spread over the pool when there are enough of them (prefill).
-    const bool int4 = quant::kv::is_int4(cache.type);
+    const bool int4 = quant::kv::is_int4(cache.type), int4o = quant::kv::is_int4o(cache.type);
     auto store_rows = [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         void* dst = cache.row_ptr(*slots.row_ptr<int32_t>(t));
-        if (int4) {
+        if (int4o) {
+          quant::kv::quantize_q4o(src.row_ptr<float>(t), dst, src.cols, group);
+        } else if (int4) {
           quant::kv::quantize_q4(src.row_ptr<float>(t), dst, src.cols, group);
         } else {
           quant::kv::quantize_q8(src.row_ptr<float>(t), dst, src.cols, group);

@@ -81,7 +81,7 @@ inline const std::map<std::string, std::string> kLlamaAliases = {
 };
 
 // KV-cache flags shared by run and perplexity:
-//   --kv-type f16|f32|int8|int4  --kv-group 32|64  --evict none|streaming|h2o
+//   --kv-type f16|f32|int8|int4|int4o  --kv-group 32|64  --evict none|streaming|h2o
 //   --sinks N --window N (streaming)  --heavy N --recent N (h2o)
 //   -ctk/-ctv (--cache-type-k/v) f16|f32|q8_0|q4_1, llama.cpp's names: keys and
 //   values share one type in ember, so both must agree (q8_0 = int8 g32, q4_1 = int4 g32)

@@ -61,15 +61,16 @@ int cmd_info(const std::vector<std::string>& argv) {
     KVStorage storage;
     int32_t group;
   } kinds[] = {{"f32", KVStorage::f32, 32},       {"f16", KVStorage::f16, 32},       {"int8 g32", KVStorage::int8, 32},
-               {"int8 g64", KVStorage::int8, 64}, {"int4 g32", KVStorage::int4, 32}, {"int4 g64", KVStorage::int4, 64}};
+               {"int8 g64", KVStorage::int8, 64}, {"int4 g32", KVStorage::int4, 32}, {"int4 g64", KVStorage::int4, 64},
+               {"int4o g32", KVStorage::int4o, 32}, {"int4o g64", KVStorage::int4o, 64}};
   const size_t f16_bytes = model->kv_bytes_per_token(KVStorage::f16);
   for (const auto& k : kinds) {
     const size_t b = model->kv_bytes_per_token(k.storage, k.group);
     if (b == 0) {
-      out += fmt::format("  {:<9} does not fit a head of {}\n", k.name, i.head_dim);
+      out += fmt::format("  {:<10} does not fit a head of {}\n", k.name, i.head_dim);
       continue;
     }
-    out += fmt::format("  {:<9} {:>8} bytes ({:.2f}x f16), {:.1f} MiB for 4096 tokens\n", k.name, b,
+    out += fmt::format("  {:<10} {:>8} bytes ({:.2f}x f16), {:.1f} MiB for 4096 tokens\n", k.name, b,
                        double(b) / double(f16_bytes), double(b) * 4096 / mib);
   }
   // What the model's KV pool reserves (address space; pages are committed when

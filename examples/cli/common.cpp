@@ -158,8 +158,10 @@ void apply_kv_args(const Args& args, KVCacheOptions& kv) {
     kv.storage = KVStorage::int8;
   } else if (type == "int4") {
     kv.storage = KVStorage::int4;
+  } else if (type == "int4o") {
+    kv.storage = KVStorage::int4o;
   } else {
-    throw UsageError("--kv-type must be f16, f32, int8 or int4, got '" + type + "'");
+    throw UsageError("--kv-type must be f16, f32, int8, int4 or int4o, got '" + type + "'");
   }
   kv.group_size = int32_t(args.get_int("--kv-group", 32, 32, 64));
   if (kv.group_size != 32 && kv.group_size != 64) throw UsageError("--kv-group must be 32 or 64");
@@ -182,9 +184,9 @@ void apply_kv_args(const Args& args, KVCacheOptions& kv) {
 }
 
 std::string describe_kv(const KVCacheOptions& kv) {
-  const char* names[] = {"f16", "f32", "int8", "int4"};
+  const char* names[] = {"f16", "f32", "int8", "int4", "int4o"};
   std::string out = names[int(kv.storage)];
-  if (kv.storage == KVStorage::int8 || kv.storage == KVStorage::int4)
+  if (kv.storage != KVStorage::f16 && kv.storage != KVStorage::f32)
     out += " (group " + std::to_string(kv.group_size) + ")";
   switch (kv.eviction) {
     case KVEviction::none: out += ", no eviction, " + std::to_string(kv.max_tokens) + " tokens"; break;

@@ -43,11 +43,13 @@ constexpr std::array<TypeInfo, 31> kTypes{{
 }};
 
 // KV-cache storage types (quant/kv_formats.hpp): block = one group.
-constexpr std::array<TypeInfo, 4> kKvTypes{{
+constexpr std::array<TypeInfo, 6> kKvTypes{{
     {DType::kv_q8_g32, "KV_Q8_G32", 32, 34, false},
     {DType::kv_q8_g64, "KV_Q8_G64", 64, 66, false},
     {DType::kv_q4_g32, "KV_Q4_G32", 32, 20, false},
     {DType::kv_q4_g64, "KV_Q4_G64", 64, 36, false},
+    {DType::kv_q4o_g32, "KV_Q4O_G32", 32, 26, false},
+    {DType::kv_q4o_g64, "KV_Q4O_G64", 64, 42, false},
 }};
 
 constexpr std::array<DType, 11> kWeightTypes{DType::f32,  DType::f16,  DType::bf16, DType::q8_0,

@@ -53,6 +53,8 @@ enum class DType : uint32_t {
   kv_q8_g64 = 1001,  // INT8, one f16 scale per 64 values
   kv_q4_g32 = 1002,  // INT4, f16 scale and minimum per 32 values
   kv_q4_g64 = 1003,  // INT4, f16 scale and minimum per 64 values
+  kv_q4o_g32 = 1004,  // INT4 g32 + the 2 largest values of each group as f16
+  kv_q4o_g64 = 1005,  // INT4 g64 + the 2 largest values of each group as f16
 };
 
 // Layout of one type: `block_elems` consecutive values are stored in `block_bytes`.

@@ -55,9 +55,11 @@ int group_size(DType type) {
   switch (type) {
     case DType::kv_q8_g32:
     case DType::kv_q4_g32:
+    case DType::kv_q4o_g32:
       return 32;
     case DType::kv_q8_g64:
     case DType::kv_q4_g64:
+    case DType::kv_q4o_g64:
       return 64;
     default:
       return 0;
@@ -163,41 +165,94 @@ constexpr int kRefits = 3;
 
 }  // namespace
 
-void quantize_q4(const float* src, void* dst, int64_t n, int group) {
-  auto* out = static_cast<uint8_t*>(dst);
+namespace {
+
+// One INT4 group: y = R_G x, then the scale, minimum and codes of the reference quantizer
+// (kv_formats.hpp); d and m go to dm[0, 4), the packed codes to codes[0, G / 2).
+void quantize_q4_group(const float* x, uint8_t* dm, uint8_t* packed, int group) {
   const int half = group / 2;
   float y[64];
   uint8_t levels[64], codes[64], best_codes[64];
-  for (int64_t b = 0; b < n / group; ++b, out += half + 4) {
-    std::memcpy(y, src + b * group, sizeof(float) * size_t(group));
-    rotate_groups(y, group, group);
-    float lo = INFINITY, hi = -INFINITY;
-    for (int j = 0; j < group; ++j) lo = y[j] < lo ? y[j] : lo, hi = y[j] > hi ? y[j] : hi;  // NaN ignored
-    // The min/max choice: every value inside [M, M + 15 D].
-    uint16_t m = fp16_round_down(lo);
-    uint16_t d = fp16_round_up((hi - fp16_to_fp32(m)) / 15.0f);
-    float best = q4_codes(y, group, fp16_to_fp32(m), fp16_to_fp32(d), best_codes);
-    // Candidates that clip the tails a little: codes for a scale of (13 + 0.1 c) / range,
-    // then up to kRefits rounds of (d, m) = the least-squares fit for the codes, rounded to
-    // f16, and new codes for that (d, m) (a Lloyd iteration on the uniform grid; it stops
-    // early once the codes no longer change).
-    const float range = hi - lo;
-    for (int c = 0; c < kCandidates && range > 0.0f && best > 0.0f; ++c) {
-      const float inv = (13.0f + 0.1f * float(c)) / range;
-      for (int j = 0; j < group; ++j) levels[j] = uint8_t(round_clamp((y[j] - lo) * inv, 0.0f, 15.0f));
-      for (int round = 0; round <= kRefits; ++round) {
-        uint16_t cd, cm;
-        if (!fit_q4(y, levels, group, cd, cm)) break;
-        const float err = q4_codes(y, group, fp16_to_fp32(cm), fp16_to_fp32(cd), codes);
-        if (err < best) best = err, d = cd, m = cm, std::memcpy(best_codes, codes, size_t(group));
-        if (std::memcmp(codes, levels, size_t(group)) == 0) break;
-        std::memcpy(levels, codes, size_t(group));
-      }
+  std::memcpy(y, x, sizeof(float) * size_t(group));
+  rotate_groups(y, group, group);
+  float lo = INFINITY, hi = -INFINITY;
+  for (int j = 0; j < group; ++j) lo = y[j] < lo ? y[j] : lo, hi = y[j] > hi ? y[j] : hi;  // NaN ignored
+  // The min/max choice: every value inside [M, M + 15 D].
+  uint16_t m = fp16_round_down(lo);
+  uint16_t d = fp16_round_up((hi - fp16_to_fp32(m)) / 15.0f);
+  float best = q4_codes(y, group, fp16_to_fp32(m), fp16_to_fp32(d), best_codes);
+  // Candidates that clip the tails a little: codes for a scale of (13 + 0.1 c) / range,
+  // then up to kRefits rounds of (d, m) = the least-squares fit for the codes, rounded to
+  // f16, and new codes for that (d, m) (a Lloyd iteration on the uniform grid; it stops
+  // early once the codes no longer change).
+  const float range = hi - lo;
+  for (int c = 0; c < kCandidates && range > 0.0f && best > 0.0f; ++c) {
+    const float inv = (13.0f + 0.1f * float(c)) / range;
+    for (int j = 0; j < group; ++j) levels[j] = uint8_t(round_clamp((y[j] - lo) * inv, 0.0f, 15.0f));
+    for (int round = 0; round <= kRefits; ++round) {
+      uint16_t cd, cm;
+      if (!fit_q4(y, levels, group, cd, cm)) break;
+      const float err = q4_codes(y, group, fp16_to_fp32(cm), fp16_to_fp32(cd), codes);
+      if (err < best) best = err, d = cd, m = cm, std::memcpy(best_codes, codes, size_t(group));
+      if (std::memcmp(codes, levels, size_t(group)) == 0) break;
+      std::memcpy(levels, codes, size_t(group));
     }
-    store_u16(out, d);
-    store_u16(out + 2, m);
-    for (int j = 0; j < half; ++j) out[4 + j] = uint8_t(best_codes[j] | (best_codes[j + half] << 4));
   }
+  store_u16(dm, d);
+  store_u16(dm + 2, m);
+  for (int j = 0; j < half; ++j) packed[j] = uint8_t(best_codes[j] | (best_codes[j + half] << 4));
+}
+
+}  // namespace
+
+void quantize_q4(const float* src, void* dst, int64_t n, int group) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / group; ++b, out += group / 2 + 4) quantize_q4_group(src + b * group, out, out + 4, group);
+}
+
+void quantize_q4o(const float* src, void* dst, int64_t n, int group) {
+  auto* out = static_cast<uint8_t*>(dst);
+  float x[64];
+  for (int64_t b = 0; b < n / group; ++b, out += q4o_block_bytes(group)) {
+    std::memcpy(x, src + b * group, sizeof(float) * size_t(group));
+    // The kOutliers largest |x[j]| (the first on ties), largest first.
+    bool taken[64] = {};
+    for (int k = 0; k < kOutliers; ++k) {
+      int best = -1;
+      for (int j = 0; j < group; ++j)
+        if (!taken[j] && (best < 0 || std::fabs(x[j]) > std::fabs(x[best]))) best = j;
+      taken[best] = true;
+      const uint16_t v = fp32_to_fp16(x[best]);
+      store_u16(out + 2 * k, v);
+      out[2 * kOutliers + k] = uint8_t(best);
+      x[best] -= fp16_to_fp32(v);  // the f16 rounding error stays with the codes
+    }
+    quantize_q4_group(x, out + 3 * kOutliers, out + 3 * kOutliers + 4, group);
+  }
+}
+
+void add_q4o_outliers(const void* block, float* y, int group) {
+  const auto* in = static_cast<const uint8_t*>(block);
+  const float norm = group == 64 ? 0.125f : 0.17677669529663688f;
+  for (int k = 0; k < kOutliers; ++k) {
+    const int i = in[2 * kOutliers + k];
+    float a = norm * fp16_to_fp32(load_u16(in + 2 * k));
+    if (group == 64 && ((kSigns >> i) & 1)) a = -a;
+    for (int j = 0; j < group; ++j) y[j] = (__builtin_popcount(unsigned(i & j)) & 1) ? y[j] - a : y[j] + a;
+  }
+}
+
+void decode_q4o_stored(const void* src, float* dst, int64_t n, int group) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n / group; ++b, in += q4o_block_bytes(group)) {
+    decode_q4_stored(in + 3 * kOutliers, dst + b * group, group, group);
+    add_q4o_outliers(in, dst + b * group, group);
+  }
+}
+
+void dequantize_q4o(const void* src, float* dst, int64_t n, int group) {
+  decode_q4o_stored(src, dst, n, group);
+  unrotate_groups(dst, n, group);
 }
 
 void decode_q4_stored(const void* src, float* dst, int64_t n, int group) {
@@ -229,4 +284,8 @@ void quantize_kv_q4_g32(const float* src, void* dst, int64_t n) { kv::quantize_q
 void dequantize_kv_q4_g32(const void* src, float* dst, int64_t n) { kv::dequantize_q4(src, dst, n, 32); }
 void quantize_kv_q4_g64(const float* src, void* dst, int64_t n) { kv::quantize_q4(src, dst, n, 64); }
 void dequantize_kv_q4_g64(const void* src, float* dst, int64_t n) { kv::dequantize_q4(src, dst, n, 64); }
+void quantize_kv_q4o_g32(const float* src, void* dst, int64_t n) { kv::quantize_q4o(src, dst, n, 32); }
+void dequantize_kv_q4o_g32(const void* src, float* dst, int64_t n) { kv::dequantize_q4o(src, dst, n, 32); }
+void quantize_kv_q4o_g64(const float* src, void* dst, int64_t n) { kv::quantize_q4o(src, dst, n, 64); }
+void dequantize_kv_q4o_g64(const void* src, float* dst, int64_t n) { kv::dequantize_q4o(src, dst, n, 64); }
 }  // namespace ember::quant::ref

@@ -1,6 +1,7 @@
 // ember's quantized KV-cache storage formats: INT8 and INT4 with one scale per group
 // of G = 32 or 64 consecutive values along the head dimension (the kv_q* DTypes); INT4
-// stores each group Hadamard-rotated.
+// stores each group Hadamard-rotated; INT4 with outliers keeps each group's two largest
+// values as f16 besides.
 //
 // A cache row of `width` values (n_head_kv * head_dim) is width / G blocks, one per
 // group; head_dim is a multiple of G, so the part of a row that belongs to one kv
@@ -54,6 +55,24 @@
 //   x: an outlier in x raises it only by |outlier| * 2 / sqrt(G)); on Gaussian groups the
 //   refits give ~3 % less squared error than one fit per candidate.
 //
+// INT4 with outliers (KV_Q4O_G32: 26 bytes, KV_Q4O_G64: 42 bytes per block), K = kOutliers = 2:
+//   bytes [0, 2K)         v[k]   f16 values, k = 0 .. K-1
+//   bytes [2K, 3K)        i[k]   uint8 channel of v[k] within the group (0 .. G-1)
+//   bytes [3K, 3K + 4 + G / 2)   an INT4 block (layout above) of r
+//   x = r' + sum_k V[k] e_{i[k]}, where r' is the INT4 block's decoded value and V = f32(v).
+//   The stored values (what attention scores against) are y = R_G x =
+//   (d * q + m) + sum_k a_k (-1)^popcount(i[k] & j) with a_k = s_G * V[k], negated where
+//   sigma_{i[k]} = -1 (G = 64); decoders add the K terms in order k = 0 .. K-1, after the
+//   INT4 values, as add_q4o_outliers() below (exactly those f32 values).
+//   Quantizer: i[0] is the channel of the largest |x[j]| (the first on ties), i[1] that of the
+//   largest |x[j]| among the others; v[k] = f16(x[i[k]]) (round to nearest even); r = x with
+//   x[i[k]] replaced by x[i[k]] - V[k] (the f16 rounding error), quantized by the INT4
+//   reference quantizer.
+//   Why: after the rotation a group's range is set by its energy, and Gemma's keys carry
+//   rope pairs of channels 10-25 times the typical size whose value turns with the
+//   position (so that no fixed offset removes them): taken out of the group, they no
+//   longer set the step of the other 30 values.
+//
 // What is stored: model::Forward writes keys into these formats minus a fixed per-layer
 // offset (the BOS key; model/forward.hpp, key_offsets()), which removes the keys' large
 // channel means before they reach a group's range; the formats themselves do not know.
@@ -71,10 +90,12 @@ namespace ember::quant::kv {
 
 // Group size G of a quantized KV type (32 or 64); 0 for every other type.
 int group_size(DType type);
-// True for the four kv_q* types.
+// True for the six kv_q* types.
 inline bool is_quantized(DType type) { return group_size(type) != 0; }
 // True for KV_Q4_G32 and KV_Q4_G64.
 inline bool is_int4(DType type) { return type == DType::kv_q4_g32 || type == DType::kv_q4_g64; }
+// True for KV_Q4O_G32 and KV_Q4O_G64.
+inline bool is_int4o(DType type) { return type == DType::kv_q4o_g32 || type == DType::kv_q4o_g64; }
 
 // In place, for each group of `group` (32 or 64) values: v = R_G v (signs, butterflies,
 // multiply by s_G), the INT4 formats' rotation (see above), and its inverse v = R_G^T v
@@ -91,6 +112,15 @@ void dequantize_q4(const void* src, float* dst, int64_t n, int group);
 // this followed by unrotate_groups.
 void decode_q4_stored(const void* src, float* dst, int64_t n, int group);
 
+// INT4 with outliers (KV_Q4O_*): kOutliers values per group kept as f16.
+inline constexpr int kOutliers = 2;
+constexpr int q4o_block_bytes(int group) { return 4 + 3 * kOutliers + group / 2; }
+void quantize_q4o(const float* src, void* dst, int64_t n, int group);
+void dequantize_q4o(const void* src, float* dst, int64_t n, int group);
+void decode_q4o_stored(const void* src, float* dst, int64_t n, int group);
+// Adds the outliers of one block, rotated, to the stored values y[0, G) of its codes.
+void add_q4o_outliers(const void* block, float* y, int group);
+
 }  // namespace ember::quant::kv
 
 // The same functions with the signatures of quant.cpp's format table.
@@ -103,4 +133,8 @@ void quantize_kv_q4_g32(const float* src, void* dst, int64_t n);
 void dequantize_kv_q4_g32(const void* src, float* dst, int64_t n);
 void quantize_kv_q4_g64(const float* src, void* dst, int64_t n);
 void dequantize_kv_q4_g64(const void* src, float* dst, int64_t n);
+void quantize_kv_q4o_g32(const float* src, void* dst, int64_t n);
+void dequantize_kv_q4o_g32(const void* src, float* dst, int64_t n);
+void quantize_kv_q4o_g64(const float* src, void* dst, int64_t n);
+void dequantize_kv_q4o_g64(const void* src, float* dst, int64_t n);
 }  // namespace ember::quant::ref

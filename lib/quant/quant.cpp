@@ -19,7 +19,7 @@ struct Format {
   float (*dot)(const void*, const void*, int64_t);  // nullptr: not a weight type
 };
 
-constexpr std::array<Format, 17> kFormats{{
+constexpr std::array<Format, 19> kFormats{{
     {DType::f32, DType::f32, ref::dequantize_f32, ref::quantize_f32, ref::dot_f32},
     {DType::f16, DType::f32, ref::dequantize_f16, ref::quantize_f16, ref::dot_f16},
     {DType::bf16, DType::f32, ref::dequantize_bf16, ref::quantize_bf16, ref::dot_bf16},
@@ -38,6 +38,8 @@ constexpr std::array<Format, 17> kFormats{{
     {DType::kv_q8_g64, DType::kv_q8_g64, ref::dequantize_kv_q8_g64, ref::quantize_kv_q8_g64, nullptr},
     {DType::kv_q4_g32, DType::kv_q4_g32, ref::dequantize_kv_q4_g32, ref::quantize_kv_q4_g32, nullptr},
     {DType::kv_q4_g64, DType::kv_q4_g64, ref::dequantize_kv_q4_g64, ref::quantize_kv_q4_g64, nullptr},
+    {DType::kv_q4o_g32, DType::kv_q4o_g32, ref::dequantize_kv_q4o_g32, ref::quantize_kv_q4o_g32, nullptr},
+    {DType::kv_q4o_g64, DType::kv_q4o_g64, ref::dequantize_kv_q4o_g64, ref::quantize_kv_q4o_g64, nullptr},
 }};
 
 const Format& format(const char* what, DType type) {

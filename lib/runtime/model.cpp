@@ -274,13 +274,14 @@ runtime::Executor& Model::Impl::executor() const {
 }
 
 quant::DType runtime::kv_dtype(KVStorage storage, int32_t group_size) {
-  if (storage == KVStorage::int8 || storage == KVStorage::int4)
+  if (storage == KVStorage::int8 || storage == KVStorage::int4 || storage == KVStorage::int4o)
     require(group_size == 32 || group_size == 64, "KVCacheOptions::group_size must be 32 or 64, got {}", group_size);
   switch (storage) {
     case KVStorage::f16: return quant::DType::f16;
     case KVStorage::f32: return quant::DType::f32;
     case KVStorage::int8: return group_size == 32 ? quant::DType::kv_q8_g32 : quant::DType::kv_q8_g64;
     case KVStorage::int4: return group_size == 32 ? quant::DType::kv_q4_g32 : quant::DType::kv_q4_g64;
+    case KVStorage::int4o: return group_size == 32 ? quant::DType::kv_q4o_g32 : quant::DType::kv_q4o_g64;
   }
   fail(ErrorCode::invalid_argument, "KVCacheOptions::storage has an unknown value {}", int(storage));
 }

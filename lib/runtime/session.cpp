@@ -305,7 +305,7 @@ void Session::load_state(std::string_view blob) {
     fail(ErrorCode::invalid_argument, "session state: not an ember session blob");
   StateReader r{blob.substr(0, blob.size() - 8), sizeof kStateMagic};
   const auto version = r.get<uint32_t>();
-  const bool quantized = s.options.kv.storage == KVStorage::int8 || s.options.kv.storage == KVStorage::int4;
+  const bool quantized = s.options.kv.storage != KVStorage::f16 && s.options.kv.storage != KVStorage::f32;
   if (version == 1 && quantized)
     fail(ErrorCode::invalid_argument,
          "session state: version 1 blobs of INT8/INT4 caches hold uncentred keys, which this build (version {}) "

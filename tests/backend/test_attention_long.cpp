@@ -84,8 +84,8 @@ LongResult run_on(Backend& be, DType storage, const LongScene& sc) {
 }  // namespace
 
 TEST_CASE("attention over long sequences matches the reference for every KV type and level", "[ops][attention]") {
-  const DType storages[] = {DType::f32, DType::f16, DType::kv_q8_g32, DType::kv_q8_g64, DType::kv_q4_g32,
-                            DType::kv_q4_g64};
+  const DType storages[] = {DType::f32,       DType::f16,       DType::kv_q8_g32, DType::kv_q8_g64,
+                            DType::kv_q4_g32, DType::kv_q4_g64, DType::kv_q4o_g32};
   struct Heads {
     int n_head, n_kv, head_dim;
   };

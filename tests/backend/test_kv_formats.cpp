@@ -26,7 +26,11 @@ namespace {
 using namespace ember;
 using namespace ember::test;
 
-constexpr DType kKvTypes[] = {DType::kv_q8_g32, DType::kv_q8_g64, DType::kv_q4_g32, DType::kv_q4_g64};
+constexpr DType kKvTypes[] = {DType::kv_q8_g32, DType::kv_q8_g64,  DType::kv_q4_g32,
+                               DType::kv_q4_g64, DType::kv_q4o_g32, DType::kv_q4o_g64};
+
+// Formats whose stored values are rotated (INT4, INT4 with outliers).
+bool rotated(DType type) { return quant::kv::is_int4(type) || quant::kv::is_int4o(type); }
 
 uint16_t u16_at(const std::vector<std::byte>& bytes, size_t offset) {
   uint16_t v;
@@ -204,6 +208,44 @@ TEST_CASE("kv formats: INT4 outlier channels no longer set the group's error", "
   }
 }
 
+TEST_CASE("kv formats: INT4 with outliers keeps each group's two largest values as f16", "[kv][quant]") {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType type : {DType::kv_q4o_g32, DType::kv_q4o_g64}) {
+    const int group = quant::kv::group_size(type);
+    INFO(quant::type_name(type));
+    REQUIRE(quant::row_bytes(type, group) == size_t(4 + 3 * 2 + group / 2));
+    // Channels ~N(0, 1) plus two of ~40 (Gemma's rope pairs of large keys) per group.
+    std::vector<float> x(size_t(group) * 64);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t j = i % size_t(group);
+      x[i] = normal(rng) + (j == 7 ? 40.0f : j == 20 ? -35.0f : 0.0f);
+    }
+    const std::vector<std::byte> row = quantize(type, x);
+    const std::vector<float> y = dequantize(type, row, x.size());
+    // Layout of the first block: the two values as f16, largest first, their indices, then
+    // an INT4 block of the rest: the plain INT4 format's bytes for x without them.
+    CHECK(fp16_to_fp32(u16_at(row, 0)) == fp16_to_fp32(fp32_to_fp16(x[7])));
+    CHECK(fp16_to_fp32(u16_at(row, 2)) == fp16_to_fp32(fp32_to_fp16(x[20])));
+    CHECK(uint8_t(row[4]) == 7);
+    CHECK(uint8_t(row[5]) == 20);
+    std::vector<float> rest(x.begin(), x.begin() + group);
+    rest[7] -= fp16_to_fp32(fp32_to_fp16(x[7]));
+    rest[20] -= fp16_to_fp32(fp32_to_fp16(x[20]));
+    const DType plain = group == 32 ? DType::kv_q4_g32 : DType::kv_q4_g64;
+    const std::vector<std::byte> rest_bytes = quantize(plain, rest);
+    CHECK(std::memcmp(row.data() + 6, rest_bytes.data(), rest_bytes.size()) == 0);
+    // The error is that of the small channels alone: far below plain INT4's, whose range
+    // the two large values set even after the rotation.
+    const std::vector<float> y_plain = dequantize(plain, quantize(plain, x), x.size());
+    double err2 = 0.0, err2_plain = 0.0;
+    for (size_t i = 0; i < x.size(); ++i)
+      err2 += double(x[i] - y[i]) * (x[i] - y[i]), err2_plain += double(x[i] - y_plain[i]) * (x[i] - y_plain[i]);
+    INFO("squared error " << err2 << " against plain INT4 " << err2_plain);
+    CHECK(err2 <= 0.1 * err2_plain);
+  }
+}
+
 TEST_CASE("kv formats: keys centered on one key of their layer lose less to quantization", "[kv][quant]") {
   // What model::Forward does for quantized caches (key_offsets()): keys whose channels
   // carry large means (Gemma 3 270M: up to 77 against a typical rms of 1) are stored minus
@@ -265,7 +307,7 @@ TEST_CASE("kv formats: round-trip error bounds", "[kv][quant]") {
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (DType type : kKvTypes) {
     const int group = quant::kv::group_size(type);
-    const bool int4 = quant::kv::is_int4(type);
+    const bool int4 = rotated(type), outliers = quant::kv::is_int4o(type);
     double worst = 0.0;  // largest error relative to the bound's unit
     for (int trial = 0; trial < 400; ++trial) {
       // Groups of varying scale (1e-2 .. 1e3), some with an offset, some with outliers.
@@ -276,6 +318,17 @@ TEST_CASE("kv formats: round-trip error bounds", "[kv][quant]") {
       if (trial % 5 == 0) x[size_t(trial) % x.size()] *= 8.0f;
       const std::vector<float> y = dequantize(type, quantize(type, x), x.size());
       std::vector<float> rotated = x;  // INT4 quantizes R_G x
+      if (outliers) {
+        // INT4 with outliers quantizes R_G of x without its 2 largest |x| per group (their
+        // f16 rounding error stays).
+        for (size_t g = 0; g < x.size() / size_t(group); ++g) {
+          for (int k = 0; k < quant::kv::kOutliers; ++k) {
+            const auto first = rotated.begin() + ptrdiff_t(g) * group;
+            const auto top = std::max_element(first, first + group, [](float a, float b) { return std::abs(a) < std::abs(b); });
+            *top -= fp16_to_fp32(fp32_to_fp16(*top));
+          }
+        }
+      }
       quant::kv::rotate_groups(rotated.data(), int64_t(rotated.size()), group);
       for (size_t g = 0; g < x.size() / size_t(group); ++g) {
         if (int4) {
@@ -328,6 +381,8 @@ TEST_CASE("kv row kernels of every ISA level match the reference decoder", "[kv]
         std::vector<float> want_stored(static_cast<size_t>(n));
         if (quant::kv::is_int4(type)) {
           quant::kv::decode_q4_stored(row.data(), want_stored.data(), n, quant::kv::group_size(type));
+        } else if (quant::kv::is_int4o(type)) {
+          quant::kv::decode_q4o_stored(row.data(), want_stored.data(), n, quant::kv::group_size(type));
         } else {
           want_stored = ref;
         }
@@ -335,7 +390,7 @@ TEST_CASE("kv row kernels of every ISA level match the reference decoder", "[kv]
         // The query in the stored domain: R_G q for INT4, q for INT8.
         std::vector<float> q_stored = q;
         k.rotate(q_stored.data(), n);
-        if (!quant::kv::is_int4(type)) CHECK(q_stored == q);
+        if (!rotated(type)) CHECK(q_stored == q);
         double exact = 0.0, magnitude = 0.0;
         for (int i = 0; i < n; ++i) {
           exact += double(q[size_t(i)]) * ref[size_t(i)];
@@ -469,8 +524,8 @@ SceneResult run_scene(Placed& p, DType storage, const Scene& sc, const HostTenso
 
 TEST_CASE("attention over every KV storage type matches the reference, with score_acc", "[ops][attention][kv]") {
   std::mt19937 rng(14);
-  const DType storages[] = {DType::kv_q8_g32, DType::kv_q8_g64, DType::kv_q4_g32, DType::kv_q4_g64, DType::f16,
-                            DType::f32};
+  const DType storages[] = {DType::kv_q8_g32, DType::kv_q8_g64,  DType::kv_q4_g32, DType::kv_q4_g64,
+                            DType::kv_q4o_g32, DType::kv_q4o_g64, DType::f16,       DType::f32};
   struct Heads {
     int n_head, n_kv, head_dim;
   };
@@ -541,7 +596,7 @@ TEST_CASE("quantized KV attention stays close to F32 attention", "[attention][kv
     const double rel_rms = std::sqrt(err2 / ref2);
     INFO(quant::type_name(type) << " relative RMS error " << rel_rms << " max " << max_abs_diff(exact, approx));
     // Uniform values carry about 0.3 % (INT8) and 7 % (INT4) relative quantization noise.
-    CHECK(rel_rms <= (quant::kv::is_int4(type) ? 0.11 : 0.008));
+    CHECK(rel_rms <= (rotated(type) ? 0.11 : 0.008));
   }
 }
 

@@ -73,28 +73,42 @@ TEST_CASE("INT8 and INT4 storage stay close to F16 at a fraction of the bytes", 
     return std::pair{logits, s->kv_memory()};
   };
   const size_t vocab = size_t(model->info().n_vocab);
-  // Perplexity of the text under each storage (the figure docs/kv-cache.md reports
-  // over the whole text: +0.5 % at most for INT8, +3 % for INT4; 400 tokens are noisier).
-  auto ppl = [&](const std::vector<float>& logits) {
-    double nll = 0;
+  // Negative log-likelihood of every next token of the text under one storage.
+  auto nll = [&](const std::vector<float>& logits) {
+    std::vector<double> out;
     for (size_t t = 0; t + 1 < ids.size(); ++t) {
       const auto row = std::span(logits).subspan(t * vocab, vocab);
       const float mx = *std::max_element(row.begin(), row.end());
       double sum = 0;
       for (float v : row) sum += std::exp(double(v) - mx);
-      nll -= double(row[size_t(ids[t + 1])]) - mx - std::log(sum);
+      out.push_back(std::log(sum) - (double(row[size_t(ids[t + 1])]) - mx));
     }
-    return std::exp(nll / double(ids.size() - 1));
+    return out;
   };
   const auto [f16, f16_mem] = run(KVStorage::f16, 32);
-  const double base = ppl(f16);
+  const std::vector<double> base = nll(f16);
+  const auto n = double(base.size());
+  // The perplexity rise against F16 must not be significantly above its bound: at most
+  // bound + 2 standard errors of the paired per-token change (std of the per-token
+  // differences / sqrt(n), as bench/kv_quality.py). A last-bit change of the kernels
+  // moves a 400-token rise by up to ~1.5 points (docs/performance.md), about one standard
+  // error here (0.6 % for INT8, 1.1-1.9 % for INT4 at avx512), so a bare bound failed on
+  // rounding alone at some ISA levels. What it still catches is a gross loss (an INT8
+  // quantizer with 15 levels instead of 255: +10.7 % and +25.6 %); a finer break (31
+  // levels: +1.9 +- 1.1 %) passes here and fails the per-key bound of the next test.
   for (auto [storage, group, max_rise, ratio] :
        {std::tuple{KVStorage::int8, 32, 0.01, 34.0 / 64}, std::tuple{KVStorage::int8, 64, 0.01, 66.0 / 128},
-        std::tuple{KVStorage::int4, 32, 0.05, 20.0 / 64}, std::tuple{KVStorage::int4, 64, 0.06, 36.0 / 128}}) {
+        std::tuple{KVStorage::int4, 32, 0.05, 20.0 / 64}, std::tuple{KVStorage::int4, 64, 0.06, 36.0 / 128},
+        std::tuple{KVStorage::int4o, 32, 0.03, 26.0 / 64}}) {
     const auto [q, q_mem] = run(storage, group);
-    const double p = ppl(q);
-    INFO("storage " << int(storage) << " group " << group << " perplexity " << p << " vs f16 " << base);
-    CHECK(p / base - 1.0 <= max_rise);
+    const std::vector<double> mine = nll(q);
+    double mean = 0, var = 0;
+    for (size_t t = 0; t < base.size(); ++t) mean += (mine[t] - base[t]) / n;
+    for (size_t t = 0; t < base.size(); ++t) var += (mine[t] - base[t] - mean) * (mine[t] - base[t] - mean) / (n - 1);
+    const double rise = std::exp(mean) - 1.0, se = std::exp(mean) * std::sqrt(var / n);
+    INFO("storage " << int(storage) << " group " << group << ": perplexity rise " << 100 * rise << " % +- "
+                    << 100 * se << " % (bound " << 100 * max_rise << " %)");
+    CHECK(rise <= max_rise + 2 * se);
     CHECK(q_mem.pages == f16_mem.pages);
     CHECK(double(q_mem.bytes) / double(f16_mem.bytes) == Approx(ratio).epsilon(1e-9));
   }
