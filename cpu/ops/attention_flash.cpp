@@ -411,15 +411,19 @@ class Flash {
     }
 
     float* scores = x.lone_scores.data();  // [n_head][kChunk]
+    // Before kv head h's part of the block [j0, j0 + jn): its share of the key rows
+    // kFusedAhead cells ahead, running on into the first value rows.
+    const auto prefetch_ahead = [&](int64_t j0, int64_t jn, int h) {
+      for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < j0 + kFusedAhead + (h + 1) * jn / n_kv; ++j)
+        if (j < n) prefetch_row_l2(k_, sc.slot[size_t(lo + j)]);
+        else if (j < 2 * n) prefetch_row_l2(v_, sc.slot[size_t(lo + j - n)]);
+    };
     if (direct_f16_) {
       // F16 rows read in place by the level's fused kernels.
       for (int64_t j0 = 0; j0 < n; j0 += kLoneF16Keys) {
         const int64_t jn = std::min(kLoneF16Keys, n - j0);
         for (int h = 0; h < n_kv; ++h) {
-          // Key rows ahead, then the first value rows.
-          for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < j0 + kFusedAhead + (h + 1) * jn / n_kv; ++j)
-            if (j < n) prefetch_row_l2(k_, sc.slot[size_t(lo + j)]);
-            else if (j < 2 * n) prefetch_row_l2(v_, sc.slot[size_t(lo + j - n)]);
+          prefetch_ahead(j0, jn, h);
           const uint16_t* rows[kLoneF16Keys];
           for (int64_t j = 0; j < jn; ++j) rows[j] = head_f16(k_, sc.slot[size_t(lo + j0 + j)], h);
           ops_.scores_f16(queries + int64_t(h) * group * hd, group, hd, rows, int(jn), p_.scale,
@@ -432,9 +436,7 @@ class Flash {
       for (int64_t j0 = 0; j0 < n; j0 += kLoneBlock) {
         const int64_t jn = std::min(kLoneBlock, n - j0);
         for (int h = 0; h < n_kv; ++h) {
-          for (int64_t j = j0 + kFusedAhead + h * jn / n_kv; j < j0 + kFusedAhead + (h + 1) * jn / n_kv; ++j)
-            if (j < n) prefetch_row_l2(k_, sc.slot[size_t(lo + j)]);
-            else if (j < 2 * n) prefetch_row_l2(v_, sc.slot[size_t(lo + j - n)]);
+          prefetch_ahead(j0, jn, h);
           const uint8_t* rows[kLoneBlock];
           for (int64_t j = 0; j < jn; ++j)
             rows[j] = reinterpret_cast<const uint8_t*>(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);

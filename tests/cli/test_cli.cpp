@@ -317,7 +317,7 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " --type Q4_0 --method awq", "--method awq needs --calib FILE"},
       {"quantize " + in + " " + out + " --type Q4_0 --method awq --calib x.txt --damp 0.1", "--damp is used by --method gptq only"},
       {"quantize " + in + " " + out + " --type Q4_0 --method spqr --calib x.txt", "unknown method 'spqr'"},
-      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt", "--calib is used by --method gptq and awq only"},
+      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt", "--calib is used by --method gptq and awq, --budget and --bpw only"},
       {"quantize " + in + " " + out + " --type Q4_0 --max-ppl-rise 5%", "need --eval FILE"},
       {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --max-ppl-rise lots", "--max-ppl-rise must be"},
       {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --eval-ctx 4", "--eval-ctx"},
