@@ -1,5 +1,6 @@
 // ember quantize IN OUT --type T [-t THREADS] [--pure]
-//                [--method rtn|gptq|awq --calib FILE [--samples N] [--sample-tokens T] [--damp D]]: writes a quantized GGUF with
+//                [--method rtn|gptq|awq --calib FILE [--samples N] [--sample-tokens T] [--damp D] [--act-order]]:
+//                writes a quantized GGUF with
 // ember::quantize_model, one progress line per tensor on stderr and the report on stdout.
 // llama-quantize's positional form `IN OUT TYPE [THREADS]` is accepted too.
 #include <fmt/format.h>
@@ -33,7 +34,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::vector<std::string> flags = {"--type",  "--threads", "--method",     "--calib",    "--samples",
                                           "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
                                           "--max-ppl-rise", "--budget", "--bpw"};
-  const std::vector<std::string> switches = {"--pure"};
+  const std::vector<std::string> switches = {"--pure", "--act-order"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -80,6 +81,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     options.method = method == "gptq" ? QuantMethod::gptq : QuantMethod::awq;
     if (!args.has("--calib")) throw UsageError(fmt::format("--method {} needs --calib FILE", method));
     if (method == "awq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
+    if (method == "awq" && args.has("--act-order")) throw UsageError("--act-order is used by --method gptq only");
+    options.act_order = args.has("--act-order");
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);
     options.sample_tokens = args.get_int("--sample-tokens", 512, 2, 1 << 16);
@@ -95,6 +98,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     };
   } else if (method != "rtn") {
     throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq)", method));
+  } else if (args.has("--act-order")) {
+    throw UsageError("--act-order is used by --method gptq only");
   } else if (args.has("--calib") && !args.has("--budget") && !args.has("--bpw")) {
     throw UsageError("--calib is used by --method gptq and awq, --budget and --bpw only");
   } else if (args.has("--calib")) {
@@ -207,9 +212,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               report.bytes_in ? 100.0 * double(report.bytes_out) / double(report.bytes_in) : 0.0,
               mib(report.file_bytes).c_str(), report.relative_error, report.file_type);
   if (options.method == QuantMethod::gptq)
-    std::printf("gptq: calibrated on %lld samples, %lld tokens of '%s', damp %g\n",
+    std::printf("gptq: calibrated on %lld samples, %lld tokens of '%s', damp %g%s\n",
                 static_cast<long long>(report.calibration_samples), static_cast<long long>(report.calibration_tokens),
-                options.calibration_text.c_str(), options.damp);
+                options.calibration_text.c_str(), options.damp, options.act_order ? ", act-order" : "");
   if (report.budget_bytes > 0)
     std::printf("mixed precision: budget %s, tensor data %s\n", mib(report.budget_bytes).c_str(),
                 mib(report.bytes_out).c_str());

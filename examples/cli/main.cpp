@@ -83,7 +83,7 @@ speculative decoding (lossless: the same tokens as without it):
       {"tokenize", ember::cli::cmd_tokenize, R"(ember tokenize -m MODEL -p TEXT [--bos] [--special]
   Prints token ids (no BOS unless --bos; special tokens only with --special).
 )"},
-      {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq --calib FILE [--samples N]]
+      {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq --calib FILE [--samples N] [--act-order]]
                  [--budget SIZE | --bpw B] [--eval FILE [--max-ppl-rise R]]
   Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
@@ -91,12 +91,14 @@ speculative decoding (lossless: the same tokens as without it):
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
-                         with calibration Hessians onto standard Q4_0 blocks (TYPE Q4_0 only);
+                         with calibration Hessians onto standard Q4_0 / Q4_K blocks (TYPE Q4_0,
+                         Q4_K, Q4_K_M; a mixture's other types stay round-to-nearest);
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE)
   --calib FILE           gptq, awq: the calibration text
   --samples N            gptq, awq: calibration windows (default 512; fewer when the text is short)
   --sample-tokens T      gptq, awq: tokens per window, BOS first (default 512)
   --damp D               gptq: damping, lambda = D * mean(diag H) (default 0.01)
+  --act-order            gptq: columns in order of decreasing Hessian diagonal
   --budget SIZE, --bpw B mixed precision: the layers' projections take types from Q4_K..Q8_0
                          (K types) or Q4_0/Q5_0/Q8_0 so that the tensor data fits SIZE (200M,
                          1.2G) or B bits per weight, least output error first (with --calib:

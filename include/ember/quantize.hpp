@@ -31,7 +31,8 @@ EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
 // How the quantized values are chosen (`--method`).
 enum class QuantMethod {
   rtn,    // round to nearest: llama-quantize's bytes
-  gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 grid with calibration Hessians; Q4_0 only
+  gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 / Q4_K grids with calibration Hessians;
+          // recipes Q4_0, Q4_K, Q4_K_M
   awq,    // AWQ (Lin et al. 2023): per-channel scales searched on calibration data, folded
           // into the norms / ffn_up rows before the projections; any recipe
 };
@@ -81,9 +82,11 @@ struct QuantizeOptions {
   int threads = 1;                // worker threads for the rows of each tensor, >= 1 (1: the calling thread only)
   bool pure = false;              // every quantizable tensor in the recipe's base type (llama-quantize --pure)
   std::function<void(const QuantizeProgress&)> on_tensor;   // optional
-  // --method gptq: the recipe must be Q4_0. Every Q4_0 tensor that the calibration saw
-  // (the dense attention and feed-forward projections) is quantized by GPTQ; the others
-  // (e.g. the output matrix's Q6_K/Q8_0, MoE experts) as by rtn.
+  // --method gptq: the recipe must be Q4_0, Q4_K or Q4_K_M. Every tensor whose planned
+  // type is Q4_0 or Q4_K and whose input the calibration saw (the dense attention and
+  // feed-forward projections) is quantized by GPTQ; the others (the output matrix's
+  // Q6_K/Q8_0, Q4_K_M's Q6_K layers, Q5_0 fallbacks for rows no K type holds, MoE
+  // experts) as by rtn.
   // --method awq: any recipe; the q/k/v, gate/up and down projections of each layer are
   // quantized after AWQ's scaling, and attn_norm, ffn_norm (written as F32) and ffn_up's
   // rows absorb the inverse scales; everything else as by rtn.
@@ -92,6 +95,9 @@ struct QuantizeOptions {
   int64_t samples = 512;          // calibration windows, >= 1; fewer (with a warning) when the text is short
   int64_t sample_tokens = 512;    // tokens per window (BOS first), >= 2
   double damp = 0.01;             // GPTQ damping: lambda = damp * mean(diag H), > 0
+  // GPTQ act-order: columns quantized in order of decreasing H[i][i] (each block's grid
+  // chosen when its first column in that order comes up; docs/quantization.md). gptq only.
+  bool act_order = false;
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
   std::function<void(const SearchProgress&)> on_search;            // optional (awq)
   // Mixed precision by sensitivity (--budget SIZE, --bpw B; docs/quantization.md): the
@@ -140,8 +146,9 @@ struct QuantizeReport {
 // Throws ember::Error: invalid_argument (threads < 1), io (cannot read / write / rename,
 // disk full), malformed_file (not GGUF, truncated, non-finite weights), unsupported
 // (architecture ember does not know, a tensor type it cannot read, rows no type fits;
-// gptq with a recipe other than Q4_0). gptq/awq: io for an unreadable calibration text,
-// invalid_argument for one too short for a single sample or bad samples/damp.
+// gptq with a recipe other than Q4_0, Q4_K, Q4_K_M). gptq/awq: io for an unreadable
+// calibration text, invalid_argument for one too short for a single sample, bad
+// samples/damp, or act_order without gptq.
 EMBER_API QuantizeReport quantize_model(const std::string& input, const std::string& output,
                                         const QuantizeOptions& options);
 

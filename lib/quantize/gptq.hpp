@@ -1,39 +1,64 @@
 // GPTQ (Frantar et al. 2022, "GPTQ: Accurate Post-Training Quantization for Generative
-// Pre-trained Transformers") onto the standard Q4_0 grid, so that the output is an
-// ordinary Q4_0 tensor any GGUF reader (llama.cpp included) loads.
+// Pre-trained Transformers") onto the standard Q4_0 and Q4_K grids, so that the output
+// is an ordinary Q4_0 / Q4_K tensor any GGUF reader (llama.cpp included) loads.
 //
 // For a weight matrix W [rows][cols] (cols = the input width) and the Hessian of its
 // layer-wise loss H = sum over calibration rows x of x^T x ([cols][cols]):
 //   - dead columns (H[i][i] == 0: the input never feeds them) get H[i][i] = 1 and
 //     W[:, i] = 0;
+//   - the column order: left to right, or with act_order by decreasing H[i][i] (after
+//     the dead-column rule; ties by column index). W's columns and H's rows and columns
+//     are permuted into that order; the codes are written at the original positions;
 //   - damping: H += lambda I with lambda = damp * mean(diag H) (damp = 0.01);
 //   - U = the upper Cholesky factor of H^-1 (H^-1 = U^T U);
-//   - columns are quantized left to right; each row's column j is rounded to the Q4_0
-//     grid and its error e = (w - q) / U[j][j] is spread onto the columns not yet
-//     quantized: W[:, k] -= e U[j][k] for k > j. The updates to columns beyond the
-//     current batch of `block_columns` columns are applied once per batch (the paper's
-//     lazy batch update), which changes only the order of the additions;
-//   - the Q4_0 scale of each row's block of 32 columns is chosen when the block starts,
-//     by llama.cpp's rule (quantize_row_q4_0_ref: d = the value of largest magnitude
-//     / -8, q = min(15, (int8)(w / d + 8.5))) from the weights as updated by then; the
-//     dequantized value used for the error is (q - 8) * fp16(d), what a reader computes.
+//   - columns are quantized in order; each row's value in column j is coded on its
+//     block's grid and its error e = (w - dequantized) / U[j][j] is spread onto the
+//     columns not yet quantized: W[:, k] -= e U[j][k] for k after j. The updates to
+//     columns beyond the current batch of `block_columns` columns are applied once per
+//     batch (the paper's lazy batch update), which changes only the order of additions;
+//   - a block's grid (per row) is chosen when the first of its columns comes up, from
+//     the current (error-updated) values of all its columns, none of which is quantized
+//     yet. Without act_order that is when the block starts; with act_order a block's
+//     columns are scattered over the order, and its grid is fixed when its column of
+//     largest H[i][i] comes up (the block's other columns have received the updates of
+//     every column quantized before that one);
+//       Q4_0 (32 columns): llama.cpp's rule (quantize_row_q4_0_ref): d = the value of
+//         largest magnitude / -8; each value gets q = min(15, (int8)(w / d + 8.5)),
+//         clamped to [0, 15]; dequantized (q - 8) * fp16(d);
+//       Q4_K (256 columns): the block as ember's searched Q4_K quantizer
+//         (k_search.hpp: llama-quantize's bytes) writes it from those values: d, dmin,
+//         the eight 6-bit sub-block scales and mins; each value then gets
+//         q = clamp(round((w + dmin * m_s) / (d * sc_s)), 0, 15) for its sub-block s,
+//         the searched quantizer's final recoding, and is dequantized
+//         d * sc_s * q - dmin * m_s as a reader computes it. In a sub-block whose
+//         step d * sc_s is 0 every value dequantizes to -dmin * m_s; its codes are
+//         the searched quantizer's.
+//     With a diagonal H no error reaches another column, and the bytes are exactly
+//     round-to-nearest's.
 // Weights are updated in double precision.
 #pragma once
 
 #include <cstdint>
 
+#include "quant/dtype.hpp"
+
 namespace ember::quantize {
 
 struct GptqOptions {
   double damp = 0.01;           // lambda = damp * mean(diag H), > 0
-  int64_t block_columns = 128;  // lazy-update batch width, a multiple of 32
+  int64_t block_columns = 128;  // lazy-update batch width, a positive multiple of 32
+  bool act_order = false;       // columns in order of decreasing H[i][i] (see above)
 };
 
+// True for the types GPTQ writes: Q4_0 and Q4_K.
+bool gptq_can_write(quant::DType type);
+
 // `weights`: [rows][cols] row-major; `hessian`: [cols][cols] row-major, symmetric
-// (copied, not modified); `dst`: rows * quant::row_bytes(q4_0, cols) bytes. cols must
-// be a multiple of 32. Throws invalid_argument for bad sizes or options, malformed_file
-// for a non-finite weight or Hessian entry.
-void gptq_quantize_q4_0(const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
-                        const GptqOptions& options = {});
+// (copied, not modified); `dst`: rows * quant::row_bytes(type, cols) bytes. cols must
+// be a multiple of the type's block (32 for Q4_0, 256 for Q4_K). Throws unsupported for
+// another type, invalid_argument for bad sizes or options, malformed_file for a
+// non-finite weight or Hessian entry.
+void gptq_quantize(quant::DType type, const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
+                   const GptqOptions& options = {});
 
 }  // namespace ember::quantize

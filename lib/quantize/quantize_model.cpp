@@ -164,10 +164,11 @@ RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, i
   return total;
 }
 
-// All rows of `t` by GPTQ onto Q4_0 with the calibration Hessian `h`.
-RowSums gptq_tensor(const gguf::TensorInfo& t, const quantize::Hessian& h, double damp, std::byte* out) {
+// All rows of `t` by GPTQ onto `type` (Q4_0 or Q4_K) with the calibration Hessian `h`.
+RowSums gptq_tensor(const gguf::TensorInfo& t, DType type, const quantize::Hessian& h,
+                    const quantize::GptqOptions& gptq_options, std::byte* out) {
   const int64_t rows = t.rows(), cols = t.cols();
-  const size_t in_row = quant::row_bytes(t.type, cols), out_row = quant::row_bytes(DType::q4_0, cols);
+  const size_t in_row = quant::row_bytes(t.type, cols), out_row = quant::row_bytes(type, cols);
   std::vector<float> values(static_cast<size_t>(rows * cols)), back(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     float* row = values.data() + r * cols;
@@ -176,10 +177,10 @@ RowSums gptq_tensor(const gguf::TensorInfo& t, const quantize::Hessian& h, doubl
       if (!std::isfinite(row[i]))
         fail(ErrorCode::malformed_file, "quantize: tensor '{}' holds a non-finite value ({}) in row {}", t.name, row[i], r);
   }
-  quantize::gptq_quantize_q4_0(values.data(), rows, cols, h.h.data(), out, {.damp = damp});
+  quantize::gptq_quantize(type, values.data(), rows, cols, h.h.data(), out, gptq_options);
   RowSums sums;
   for (int64_t r = 0; r < rows; ++r) {
-    quant::dequantize_row(DType::q4_0, out + size_t(r) * out_row, back.data(), cols);
+    quant::dequantize_row(type, out + size_t(r) * out_row, back.data(), cols);
     for (int64_t i = 0; i < cols; ++i) {
       const double w = values[size_t(r * cols + i)], e = w - double(back[size_t(i)]);
       sums.error2 += e * e;
@@ -217,8 +218,9 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   const bool gptq = options.method == QuantMethod::gptq, awq = options.method == QuantMethod::awq;
   if (gptq || awq) {
     const char* method = gptq ? "gptq" : "awq";
-    if (gptq && options.recipe != QuantRecipe::q4_0)
-      fail(ErrorCode::unsupported, "quantize: --method gptq writes Q4_0 only, not {}", recipe.name);
+    if (gptq && !quantize::gptq_can_write(recipe.base))
+      fail(ErrorCode::unsupported, "quantize: --method gptq writes Q4_0 and Q4_K (recipes Q4_0, Q4_K, Q4_K_M), not {}",
+           recipe.name);
     require(!options.calibration_text.empty(), "quantize: --method {} needs a calibration text (--calib FILE)", method);
     require(options.samples >= 1, "quantize: samples is {}, must be at least 1", options.samples);
     require(options.sample_tokens >= 2, "quantize: sample_tokens is {}, must be at least 2", options.sample_tokens);
@@ -226,6 +228,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   } else {
     require(options.method == QuantMethod::rtn, "quantize: unknown method {}", int(options.method));
   }
+  require(!options.act_order || gptq, "quantize: act_order (--act-order) is used by --method gptq only");
   require(options.target_bpw >= 0 && std::isfinite(options.target_bpw), "quantize: target_bpw is {}, must be >= 0",
           options.target_bpw);
   require(options.budget_bytes == 0 || options.target_bpw == 0, "quantize: give a byte budget or a bits-per-weight target, not both");
@@ -369,13 +372,16 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     } else {
       buffer.assign(quant::row_bytes(plan.type, t.cols()) * size_t(t.rows()), std::byte{0});
       const auto hessian = calibration.hessians.find(t.name);
-      q.gptq = plan.type == DType::q4_0 && hessian != calibration.hessians.end() && hessian->second->cols == t.cols();
-      q.gptq = q.gptq && gptq;
+      // GPTQ where the planned type is one it writes (Q4_0, Q4_K; a mixture's Q6_K,
+      // Q5_0 fallbacks etc. stay round-to-nearest) and the calibration saw the input.
+      q.gptq = gptq && quantize::gptq_can_write(plan.type) && hessian != calibration.hessians.end() &&
+               hessian->second->cols == t.cols();
       const auto transform = awq_plan.transforms.find(t.name);
       const quantize::AwqTransform* awq_transform = transform != awq_plan.transforms.end() ? &transform->second : nullptr;
       q.awq = awq_transform != nullptr;
       q.awq_alpha = awq_transform ? awq_transform->alpha : 0.0;
-      const RowSums sums = q.gptq ? gptq_tensor(t, *hessian->second, options.damp, buffer.data())
+      const RowSums sums = q.gptq ? gptq_tensor(t, plan.type, *hessian->second,
+                                                {.damp = options.damp, .act_order = options.act_order}, buffer.data())
                                   : quantize_tensor(t, plan.type, buffer.data(), options.threads, awq_transform);
       writer.add_tensor(t.name, plan.type, t.shape, buffer);
       q.bytes_out = buffer.size();

@@ -323,6 +323,8 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --eval-ctx 4", "--eval-ctx"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --samples 0", "--samples"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --damp -1", "--damp must be > 0"},
+      {"quantize " + in + " " + out + " --type Q4_K --act-order", "--act-order is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q4_K --method awq --calib x.txt --act-order", "--act-order is used by --method gptq only"},
   };
   for (const auto& [args, message] : usage_errors) {
     INFO("ember " << args);
@@ -341,10 +343,10 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
   CHECK(unwritable.code == 1);
   CHECK_THAT(unwritable.out, Catch::Matchers::Contains("error (io)"));
   CHECK_THAT(unwritable.out, Catch::Matchers::Contains("cannot create a file in '/nonexistent/dir'"));
-  const Run gptq_type = run_cli("quantize " + in + " " + out + " --type Q4_K_M --method gptq --calib /etc/hostname");
+  const Run gptq_type = run_cli("quantize " + in + " " + out + " --type Q5_K_M --method gptq --calib /etc/hostname");
   CHECK(gptq_type.code == 1);
   CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("error (unsupported)"));
-  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("Q4_0 only, not Q4_K_M"));
+  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("recipes Q4_0, Q4_K, Q4_K_M), not Q5_K_M"));
   const Run no_text = run_cli("quantize " + in + " " + out + " --type Q4_0 --method gptq --calib /nonexistent/calib.txt");
   CHECK(no_text.code == 1);
   CHECK_THAT(no_text.out, Catch::Matchers::Contains("error (io)"));

@@ -1,8 +1,10 @@
-// GPTQ onto Q4_0 (lib/quantize/gptq.hpp, calibration.hpp, quantize_model --method gptq):
-// the fast implementation against a slow scalar reference written from the paper,
-// its output error against round-to-nearest's, and the error paths.
+// GPTQ onto Q4_0 and Q4_K, with and without act-order (lib/quantize/gptq.hpp,
+// calibration.hpp, quantize_model --method gptq): the fast implementation against a
+// slow scalar reference written from the paper, its output error against
+// round-to-nearest's, and the error paths.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +23,8 @@
 #include "quant/formats.hpp"
 #include "quant/quant.hpp"
 #include "quantize/gptq.hpp"
+#include "quantize/k_search.hpp"
+#include "quantize/weight_quantizers.hpp"
 
 namespace fs = std::filesystem;
 using ember::ErrorCode;
@@ -48,11 +52,31 @@ Matrix cholesky_lower(const Matrix& a) {
   return l;
 }
 
-// The paper's algorithm, one column at a time, every later column updated at once,
-// scalar code only: dead columns, damping, U = chol(H^-1) upper, Q4_0 scales chosen at
-// each block's start by llama.cpp's rule.
-std::vector<std::byte> reference_gptq(const std::vector<float>& weights, size_t rows, size_t cols, Matrix h,
-                                      double damp) {
+// Q4_K's six-bit scale and min of sub-block j from the 12 packed bytes (the GGUF
+// layout: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 split between byte
+// j + 4's nibbles and the top 2 bits of bytes j - 4 and j).
+void k_scale_min(const uint8_t* b, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = b[j] & 63;
+    mn = b[j + 4] & 63;
+  } else {
+    sc = (b[j + 4] & 15) | ((b[j - 4] >> 6) << 4);
+    mn = (b[j + 4] >> 4) | ((b[j] >> 6) << 4);
+  }
+}
+
+// The paper's algorithm, one row and one column at a time, every later column updated
+// at once, scalar code only: dead columns, the act-order permutation (decreasing
+// H[i][i], ties by index), damping, U = chol(H^-1) upper from an explicit inverse.
+// A block's grid is chosen when the first of its columns comes up, from the current
+// values of all its columns: Q4_0 by llama.cpp's rule (written out here); Q4_K by
+// ember's searched round-to-nearest quantizer (checked byte for byte against
+// llama-quantize in test_quantize), whose codes are then replaced value by value.
+std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vector<float>& weights, size_t rows,
+                                      size_t cols, Matrix h, double damp, bool act_order = false) {
+  const bool k4 = type == ember::quant::DType::q4_k;
+  const size_t width = k4 ? 256 : 32;
+  const size_t block_bytes = k4 ? sizeof(ember::quant::BlockQ4_K) : sizeof(ember::quant::BlockQ4_0);
   Matrix w(rows, std::vector<double>(cols));
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) w[r][c] = weights[r * cols + c];
@@ -66,9 +90,16 @@ std::vector<std::byte> reference_gptq(const std::vector<float>& weights, size_t 
     mean += h[i][i];
   }
   mean /= double(cols);
-  for (size_t i = 0; i < cols; ++i) h[i][i] += damp * mean;
+  std::vector<size_t> order(cols), position(cols);
+  for (size_t i = 0; i < cols; ++i) order[i] = i;
+  if (act_order) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return h[a][a] > h[b][b]; });
+  for (size_t k = 0; k < cols; ++k) position[order[k]] = k;
+  Matrix hp(cols, std::vector<double>(cols));
+  for (size_t a = 0; a < cols; ++a)
+    for (size_t b = 0; b < cols; ++b) hp[a][b] = h[order[a]][order[b]];
+  for (size_t i = 0; i < cols; ++i) hp[i][i] += damp * mean;
   // H^-1 = L^-T L^-1 column by column (solve L y = e_i, then L^T x = y).
-  const Matrix l = cholesky_lower(h);
+  const Matrix l = cholesky_lower(hp);
   Matrix inv(cols, std::vector<double>(cols));
   for (size_t i = 0; i < cols; ++i) {
     std::vector<double> y(cols, 0.0), x(cols, 0.0);
@@ -85,27 +116,58 @@ std::vector<std::byte> reference_gptq(const std::vector<float>& weights, size_t 
     for (size_t k = 0; k < cols; ++k) inv[k][i] = x[k];
   }
   const Matrix li = cholesky_lower(inv);   // H^-1 = Li Li^T, so U = Li^T
-  std::vector<std::byte> out(rows * cols / 32 * sizeof(ember::quant::BlockQ4_0));
-  auto* blocks = reinterpret_cast<ember::quant::BlockQ4_0*>(out.data());
+  std::vector<std::byte> out(rows * cols / width * block_bytes);
   for (size_t r = 0; r < rows; ++r) {
-    float id = 0, d16 = 0;
-    for (size_t j = 0; j < cols; ++j) {
-      ember::quant::BlockQ4_0& b = blocks[r * cols / 32 + j / 32];
-      if (j % 32 == 0) {
-        float amax = 0, max = 0;
-        for (size_t k = j; k < j + 32; ++k)
-          if (amax < std::fabs(float(w[r][k]))) amax = std::fabs(float(w[r][k])), max = float(w[r][k]);
-        const float d = max / -8;
-        id = d != 0 ? 1.0f / d : 0.0f;
-        b.d = ember::fp32_to_fp16(d);
-        d16 = ember::fp16_to_fp32(b.d);
-        std::memset(b.qs, 0, sizeof b.qs);
+    std::vector<double> wp(cols);   // row r in the order of quantization
+    for (size_t k = 0; k < cols; ++k) wp[k] = w[r][order[k]];
+    std::vector<bool> started(cols / width, false);
+    std::vector<float> inv_d(cols / width), values(width);
+    for (size_t k = 0; k < cols; ++k) {
+      const size_t c = order[k], block = c / width, i = c % width;
+      std::byte* b = out.data() + (r * cols / width + block) * block_bytes;
+      if (!started[block]) {
+        started[block] = true;
+        for (size_t m = 0; m < width; ++m) values[m] = float(wp[position[block * width + m]]);
+        if (k4) {
+          ember::quantize::quantize_q4_k_searched(values.data(), b, 256);
+        } else {
+          auto& q = *reinterpret_cast<ember::quant::BlockQ4_0*>(b);
+          float amax = 0, max = 0;
+          for (float v : values)
+            if (amax < std::fabs(v)) amax = std::fabs(v), max = v;
+          const float d = max / -8;
+          inv_d[block] = d != 0 ? 1.0f / d : 0.0f;
+          q.d = ember::fp32_to_fp16(d);
+          std::memset(q.qs, 0, sizeof q.qs);
+        }
       }
-      const float t = float(w[r][j]) * id + 8.5f;
-      const int q = t <= 0 ? 0 : t >= 15 ? 15 : int(t);
-      b.qs[j % 16] |= uint8_t(q << (j % 32 < 16 ? 0 : 4));
-      const double e = (w[r][j] - double(float(q - 8) * d16)) / li[j][j];
-      for (size_t k = j + 1; k < cols; ++k) w[r][k] -= e * li[k][j];
+      const float x = float(wp[k]);
+      double dequantized;
+      if (k4) {
+        auto& q = *reinterpret_cast<ember::quant::BlockQ4_K*>(b);
+        const int sub = int(i / 32);
+        int sc, mn;
+        k_scale_min(q.scales, sub, sc, mn);
+        const float step = ember::fp16_to_fp32(q.d) * float(sc), offset = ember::fp16_to_fp32(q.dmin) * float(mn);
+        uint8_t& byte = q.qs[32 * (sub / 2) + i % 32];
+        const int shift = sub % 2 == 0 ? 0 : 4;
+        int code = (byte >> shift) & 15;
+        if (step != 0) {
+          code = int(std::nearbyint((x + offset) / step));
+          code = code < 0 ? 0 : code > 15 ? 15 : code;
+          byte = uint8_t((byte & (shift == 0 ? 0xf0 : 0x0f)) | (code << shift));
+        }
+        volatile float product = step * float(code);   // a reader's two roundings, no fused multiply-add
+        dequantized = double(product - offset);
+      } else {
+        auto& q = *reinterpret_cast<ember::quant::BlockQ4_0*>(b);
+        const float t = x * inv_d[block] + 8.5f;
+        const int code = t <= 0 ? 0 : t >= 15 ? 15 : int(t);
+        q.qs[i % 16] |= uint8_t(code << (i < 16 ? 0 : 4));
+        dequantized = double(float(code - 8) * ember::fp16_to_fp32(q.d));
+      }
+      const double e = (wp[k] - dequantized) / li[k][k];
+      for (size_t m = k + 1; m < cols; ++m) wp[m] -= e * li[m][k];
     }
   }
   return out;
@@ -150,14 +212,14 @@ std::vector<float> random_weights(size_t rows, size_t cols, std::mt19937& rng) {
   return w;
 }
 
-// sum over inputs x of ||W x - W_hat x||^2, W_hat the dequantized Q4_0 rows.
-double output_error(const std::vector<float>& x, size_t n, const std::vector<float>& w, const std::vector<std::byte>& q,
-                    size_t rows, size_t cols) {
+// ||X W^T - X W_hat^T||^2 = sum over inputs x of ||W x - W_hat x||^2, W_hat the
+// dequantized rows of `type`.
+double output_error(ember::quant::DType type, const std::vector<float>& x, size_t n, const std::vector<float>& w,
+                    const std::vector<std::byte>& q, size_t rows, size_t cols) {
   std::vector<float> deq(rows * cols);
-  const size_t row_bytes = ember::quant::row_bytes(ember::quant::DType::q4_0, int64_t(cols));
+  const size_t row_bytes = ember::quant::row_bytes(type, int64_t(cols));
   for (size_t r = 0; r < rows; ++r)
-    ember::quant::dequantize_row(ember::quant::DType::q4_0, q.data() + r * row_bytes, deq.data() + r * cols,
-                                 int64_t(cols));
+    ember::quant::dequantize_row(type, q.data() + r * row_bytes, deq.data() + r * cols, int64_t(cols));
   double total = 0;
   for (size_t i = 0; i < n; ++i)
     for (size_t r = 0; r < rows; ++r) {
@@ -168,6 +230,23 @@ double output_error(const std::vector<float>& x, size_t n, const std::vector<flo
   return total;
 }
 
+using ember::quant::DType;
+using ember::quantize::gptq_quantize;
+
+std::vector<std::byte> run_gptq(DType type, const std::vector<float>& w, size_t rows, size_t cols, const Matrix& h,
+                                ember::quantize::GptqOptions options) {
+  std::vector<std::byte> out(rows * ember::quant::row_bytes(type, int64_t(cols)));
+  gptq_quantize(type, w.data(), int64_t(rows), int64_t(cols), flat(h).data(), out.data(), options);
+  return out;
+}
+
+// Round-to-nearest as `ember quantize` writes it (llama-quantize's bytes).
+std::vector<std::byte> run_rtn(DType type, const std::vector<float>& w, size_t rows, size_t cols) {
+  std::vector<std::byte> out(rows * ember::quant::row_bytes(type, int64_t(cols)));
+  ember::quantize::quantize_values(type, w.data(), out.data(), int64_t(rows * cols));
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("GPTQ Q4_0 bytes equal the scalar reference's", "[quantize][gptq]") {
@@ -175,58 +254,111 @@ TEST_CASE("GPTQ Q4_0 bytes equal the scalar reference's", "[quantize][gptq]") {
   const size_t rows = 12, cols = 192;   // two lazy batches of 128 columns, the second partial
   const Synthetic s = synthetic_inputs(400, cols, rng, 37);   // column 37 is dead
   const std::vector<float> w = random_weights(rows, cols, rng);
-  const std::vector<std::byte> expected = reference_gptq(w, rows, cols, s.h, 0.01);
-  for (int64_t block_columns : {32, 128, 256}) {
-    INFO("block_columns " << block_columns);
-    std::vector<std::byte> got(expected.size());
-    ember::quantize::gptq_quantize_q4_0(w.data(), int64_t(rows), int64_t(cols), flat(s.h).data(), got.data(),
-                                        {.damp = 0.01, .block_columns = block_columns});
-    CHECK(got == expected);
+  for (bool act_order : {false, true}) {
+    INFO("act_order " << act_order);
+    const std::vector<std::byte> expected = reference_gptq(DType::q4_0, w, rows, cols, s.h, 0.01, act_order);
+    for (int64_t block_columns : {32, 96, 128, 256}) {
+      INFO("block_columns " << block_columns);
+      CHECK(run_gptq(DType::q4_0, w, rows, cols, s.h, {.damp = 0.01, .block_columns = block_columns, .act_order = act_order}) ==
+            expected);
+    }
+    // And not round-to-nearest's bytes.
+    CHECK(run_rtn(DType::q4_0, w, rows, cols) != expected);
   }
-  // And not round-to-nearest's bytes.
-  std::vector<std::byte> rtn(expected.size());
-  ember::quant::ref::quantize_q4_0(w.data(), rtn.data(), int64_t(rows * cols));
-  CHECK(rtn != expected);
+  CHECK(reference_gptq(DType::q4_0, w, rows, cols, s.h, 0.01, false) !=
+        reference_gptq(DType::q4_0, w, rows, cols, s.h, 0.01, true));
+}
+
+TEST_CASE("GPTQ Q4_K bytes equal the scalar reference's, with and without act-order", "[quantize][gptq]") {
+  std::mt19937 rng(4321);
+  const size_t rows = 6, cols = 512;   // two super-blocks
+  const Synthetic s = synthetic_inputs(700, cols, rng, 300);   // column 300 is dead
+  const std::vector<float> w = random_weights(rows, cols, rng);
+  std::vector<std::byte> plain;
+  for (bool act_order : {false, true}) {
+    INFO("act_order " << act_order);
+    const std::vector<std::byte> expected = reference_gptq(DType::q4_k, w, rows, cols, s.h, 0.01, act_order);
+    // 96 and 160: super-blocks (and, with act-order, their first columns) start inside a batch.
+    for (int64_t block_columns : {32, 96, 128, 160, 512}) {
+      INFO("block_columns " << block_columns);
+      CHECK(run_gptq(DType::q4_k, w, rows, cols, s.h, {.damp = 0.01, .block_columns = block_columns, .act_order = act_order}) ==
+            expected);
+    }
+    CHECK(run_rtn(DType::q4_k, w, rows, cols) != expected);
+    if (act_order)
+      CHECK(expected != plain);
+    else
+      plain = expected;
+  }
+}
+
+TEST_CASE("GPTQ with a diagonal Hessian is round-to-nearest, byte for byte", "[quantize][gptq]") {
+  // No error reaches another column, so each block's grid and codes are those of the
+  // values as given: llama-quantize's rounding, whatever the order.
+  std::mt19937 rng(7);
+  const size_t rows = 5, cols = 512;
+  const std::vector<float> w = random_weights(rows, cols, rng);
+  Matrix h(cols, std::vector<double>(cols, 0.0));
+  std::uniform_real_distribution<double> diag(0.1, 10.0);
+  for (size_t i = 0; i < cols; ++i) h[i][i] = diag(rng);
+  for (DType type : {DType::q4_0, DType::q4_k})
+    for (bool act_order : {false, true}) {
+      INFO(ember::quant::type_name(type) << " act_order " << act_order);
+      CHECK(run_gptq(type, w, rows, cols, h, {.act_order = act_order}) == run_rtn(type, w, rows, cols));
+    }
 }
 
 TEST_CASE("GPTQ's output error on the calibration inputs is below round-to-nearest's", "[quantize][gptq]") {
-  std::mt19937 rng(99);
-  const size_t rows = 64, cols = 128, n = 512;
-  const Synthetic s = synthetic_inputs(n, cols, rng, cols);   // no dead column
-  const std::vector<float> w = random_weights(rows, cols, rng);
-  std::vector<std::byte> gptq(rows * cols / 32 * sizeof(ember::quant::BlockQ4_0)), rtn(gptq.size());
-  ember::quantize::gptq_quantize_q4_0(w.data(), int64_t(rows), int64_t(cols), flat(s.h).data(), gptq.data());
-  ember::quant::ref::quantize_q4_0(w.data(), rtn.data(), int64_t(rows * cols));
-  const double e_gptq = output_error(s.x, n, w, gptq, rows, cols), e_rtn = output_error(s.x, n, w, rtn, rows, cols);
-  INFO("output error: gptq " << e_gptq << ", rtn " << e_rtn);
-  CHECK(e_gptq < 0.7 * e_rtn);
+  struct Case {
+    DType type;
+    size_t cols;
+    double ratio;   // the most GPTQ's error may be, as a share of round-to-nearest's
+  };
+  for (const Case c : {Case{DType::q4_0, 128, 0.7}, Case{DType::q4_k, 512, 0.7}})
+    for (bool act_order : {false, true}) {
+      INFO(ember::quant::type_name(c.type) << " act_order " << act_order);
+      std::mt19937 rng(99);
+      const size_t rows = 64, n = 600;
+      const Synthetic s = synthetic_inputs(n, c.cols, rng, c.cols);   // no dead column
+      const std::vector<float> w = random_weights(rows, c.cols, rng);
+      const double e_gptq = output_error(c.type, s.x, n, w, run_gptq(c.type, w, rows, c.cols, s.h, {.act_order = act_order}),
+                                         rows, c.cols);
+      const double e_rtn = output_error(c.type, s.x, n, w, run_rtn(c.type, w, rows, c.cols), rows, c.cols);
+      INFO("output error: gptq " << e_gptq << ", rtn " << e_rtn << ", ratio " << e_gptq / e_rtn);
+      CHECK(e_gptq < c.ratio * e_rtn);
+    }
 }
 
-TEST_CASE("GPTQ rejects bad sizes, options and values", "[quantize][gptq]") {
-  std::vector<float> w(2 * 64, 0.1f);
+TEST_CASE("GPTQ rejects bad sizes, types, options and values", "[quantize][gptq]") {
+  std::vector<float> w(2 * 512, 0.1f);
   std::vector<double> h(64 * 64, 0.0);
   for (size_t i = 0; i < 64; ++i) h[i * 64 + i] = 1.0;
-  std::vector<std::byte> out(2 * 2 * sizeof(ember::quant::BlockQ4_0));
-  using ember::quantize::gptq_quantize_q4_0;
-  expect_error([&] { gptq_quantize_q4_0(w.data(), 2, 48, h.data(), out.data()); }, ErrorCode::invalid_argument,
+  std::vector<std::byte> out(2 * 2 * sizeof(ember::quant::BlockQ4_K));
+  expect_error([&] { gptq_quantize(DType::q4_0, w.data(), 2, 48, h.data(), out.data()); }, ErrorCode::invalid_argument,
                "multiple of 32");
-  expect_error([&] { gptq_quantize_q4_0(w.data(), 2, 64, h.data(), out.data(), {.damp = 0}); },
+  expect_error([&] { gptq_quantize(DType::q4_k, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::invalid_argument,
+               "multiple of 256");
+  expect_error([&] { gptq_quantize(DType::q5_k, w.data(), 2, 256, h.data(), out.data()); }, ErrorCode::unsupported,
+               "writes Q4_0 and Q4_K, not Q5_K");
+  expect_error([&] { gptq_quantize(DType::q8_0, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::unsupported,
+               "not Q8_0");
+  expect_error([&] { gptq_quantize(DType::q4_0, w.data(), 2, 64, h.data(), out.data(), {.damp = 0}); },
                ErrorCode::invalid_argument, "damp is 0");
-  expect_error([&] { gptq_quantize_q4_0(w.data(), 2, 64, h.data(), out.data(), {.block_columns = 48}); },
+  expect_error([&] { gptq_quantize(DType::q4_0, w.data(), 2, 64, h.data(), out.data(), {.block_columns = 48}); },
                ErrorCode::invalid_argument, "block_columns is 48");
   h[5] = std::nan("");
-  expect_error([&] { gptq_quantize_q4_0(w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::malformed_file,
+  expect_error([&] { gptq_quantize(DType::q4_0, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::malformed_file,
                "non-finite");
   h[5] = 0.0;
   w[3] = INFINITY;
-  expect_error([&] { gptq_quantize_q4_0(w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::malformed_file,
-               "not finite");
+  expect_error([&] { gptq_quantize(DType::q4_0, w.data(), 2, 64, h.data(), out.data(), {.act_order = true}); },
+               ErrorCode::malformed_file, "not finite");
   // An all-dead Hessian (an input that is always zero) is no error: every weight is 0.
   w[3] = 0.1f;
   std::fill(h.begin(), h.end(), 0.0);
-  gptq_quantize_q4_0(w.data(), 2, 64, h.data(), out.data());
+  gptq_quantize(DType::q4_0, w.data(), 2, 64, h.data(), out.data());
   std::vector<float> back(128);
-  ember::quant::dequantize_row(ember::quant::DType::q4_0, out.data(), back.data(), 128);
+  ember::quant::dequantize_row(DType::q4_0, out.data(), back.data(), 128);
   for (float v : back) CHECK(v == 0.0f);
 }
 
@@ -312,6 +444,52 @@ TEST_CASE("quantize --method gptq writes ordinary Q4_0 tensors for the calibrate
   fs::remove_all(dir);
 }
 
+TEST_CASE("quantize --type Q4_K_M --method gptq: GPTQ for the Q4_K tensors, round-to-nearest for the rest",
+          "[quantize][gptq]") {
+  REQUIRE(fs::exists(llama_f16()));
+  const fs::path dir = scratch("q4_k_m");
+  write_text(dir / "calib.txt", 40);
+  ember::QuantizeOptions rtn_options;
+  rtn_options.recipe = ember::QuantRecipe::q4_k_m;
+  ember::quantize_model(llama_f16().string(), (dir / "rtn.gguf").string(), rtn_options);
+  const ember::gguf::File b = ember::gguf::File::open(dir / "rtn.gguf");
+  std::vector<std::vector<std::byte>> gptq_bytes(2);
+  for (bool act_order : {false, true}) {
+    INFO("act_order " << act_order);
+    ember::QuantizeOptions options = gptq_options(dir / "calib.txt", 8, 64);
+    options.recipe = ember::QuantRecipe::q4_k_m;
+    options.act_order = act_order;
+    const fs::path out = dir / (act_order ? "gptq_act.gguf" : "gptq.gguf");
+    const ember::QuantizeReport gptq = ember::quantize_model(llama_f16().string(), out.string(), options);
+    const ember::gguf::File a = ember::gguf::File::open(out);
+    REQUIRE(a.tensors().size() == b.tensors().size());
+    size_t n_gptq = 0, n_q6_k = 0;
+    for (size_t i = 0; i < a.tensors().size(); ++i) {
+      const auto &ta = a.tensors()[i], &tb = b.tensors()[i];
+      INFO(ta.name);
+      CHECK(ta.type == tb.type);   // the mixture's types, as round-to-nearest plans them
+      REQUIRE(ta.n_bytes == tb.n_bytes);
+      const bool same = std::memcmp(ta.data, tb.data, ta.n_bytes) == 0;
+      const bool projection = ta.name.find("attn_") != std::string::npos || ta.name.find("ffn_") != std::string::npos;
+      const bool is_q4_k = ta.type == ember::quant::DType::q4_k;
+      if (projection && ta.type == ember::quant::DType::q6_k) ++n_q6_k;
+      CHECK(gptq.tensors[i].gptq == (projection && is_q4_k && ta.shape.size() == 2));
+      if (gptq.tensors[i].gptq) {
+        ++n_gptq;
+        CHECK_FALSE(same);
+        const auto* data = reinterpret_cast<const std::byte*>(ta.data);
+        gptq_bytes[act_order].insert(gptq_bytes[act_order].end(), data, data + ta.n_bytes);
+      } else {
+        CHECK(same);   // Q6_K layers, the output, norms: round-to-nearest's bytes
+      }
+    }
+    CHECK(n_gptq >= 7);
+    CHECK(n_q6_k >= 1);   // the mixture's wider layers are there, and not GPTQ's
+  }
+  CHECK(gptq_bytes[0] != gptq_bytes[1]);   // act-order changes the result
+  fs::remove_all(dir);
+}
+
 TEST_CASE("quantize --method gptq: bad input is a typed error and leaves no output", "[quantize][gptq]") {
   REQUIRE(fs::exists(llama_f16()));
   const fs::path dir = scratch("errors");
@@ -333,8 +511,20 @@ TEST_CASE("quantize --method gptq: bad input is a typed error and leaves no outp
   }
   SECTION("a type GPTQ does not write") {
     ember::QuantizeOptions options = gptq_options(dir / "calib.txt", 4, 64);
+    options.recipe = ember::QuantRecipe::q5_k_m;
+    expect_error([&] { run(options); }, ErrorCode::unsupported, "(recipes Q4_0, Q4_K, Q4_K_M), not Q5_K_M");
+    options.recipe = ember::QuantRecipe::q8_0;
+    expect_error([&] { run(options); }, ErrorCode::unsupported, "not Q8_0");
+  }
+  SECTION("act-order without GPTQ") {
+    ember::QuantizeOptions options;
     options.recipe = ember::QuantRecipe::q4_k_m;
-    expect_error([&] { run(options); }, ErrorCode::unsupported, "Q4_0 only, not Q4_K_M");
+    options.act_order = true;
+    expect_error([&] { run(options); }, ErrorCode::invalid_argument, "act_order (--act-order) is used by --method gptq only");
+    options = gptq_options(dir / "calib.txt", 4, 64);
+    options.method = ember::QuantMethod::awq;
+    options.act_order = true;
+    expect_error([&] { run(options); }, ErrorCode::invalid_argument, "act_order (--act-order) is used by --method gptq only");
   }
   SECTION("zero samples, a bad damping") {
     expect_error([&] { run(gptq_options(dir / "calib.txt", 0, 64)); }, ErrorCode::invalid_argument, "samples is 0");
