@@ -191,7 +191,10 @@ struct QuantizeReport {
 // disk full), malformed_file (not GGUF, truncated, non-finite weights), unsupported
 // (architecture ember does not know, a tensor type it cannot read, rows no type fits;
 // gptq with a recipe other than Q4_0). gptq/awq: io for an unreadable calibration text,
-// invalid_argument for one too short for a single sample or bad samples/damp.
+// invalid_argument for one too short for a single sample or bad samples/damp. The gate:
+// invalid_argument for max_ppl_rise without a text to evaluate, a calibration text too
+// short to hold out one eval_ctx chunk, bad hold_out/gate_step/gate_max_rounds;
+// Sensitivity::kl: invalid_argument without a calibration text or one shorter than a window.
 EMBER_API QuantizeReport quantize_model(const std::string& input, const std::string& output,
                                         const QuantizeOptions& options);
 
