@@ -158,6 +158,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     throw UsageError("--eval-ctx, --eval-chunks and --max-ppl-rise need --eval FILE or --calib FILE (whose tail is held out)");
   if (!gate && (args.has("--max-ppl-rise") || args.has("--gate-step") || args.has("--gate-rounds")))
     throw UsageError("--no-gate excludes --max-ppl-rise, --gate-step and --gate-rounds");
+  if (args.has("--calib") && method == "rtn" && !args.has("--budget") && !args.has("--bpw") && sensitivity != "kl" && !gate)
+    throw UsageError("--calib is read by --method gptq and awq, --budget/--bpw, --sensitivity kl and the gate's "
+                     "held-out evaluation; with --no-gate nothing here reads it");
   if (can_eval) {
     options.eval_text = args.get_or("--eval", "");
     options.eval_ctx = int32_t(args.get_int("--eval-ctx", 512, 8, 1 << 20));

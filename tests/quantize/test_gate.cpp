@@ -434,8 +434,14 @@ TEST_CASE("measured sensitivity ranks a deliberately fragile tensor first and ke
     CHECK(fragile_rank >= others_rank);
   }
 
-  options.calibration_text.clear();
   options.budget_bytes = 0;
+  options.kl_window_tokens = 1 << 16;
+  expect_error([&] { ember::quantize_model(source.string(), (dir / "x.gguf").string(), options); },
+               ErrorCode::invalid_argument, "fewer than one sensitivity window of 65536 tokens");
+  options.kl_window_tokens = 8;
+  expect_error([&] { ember::quantize_model(source.string(), (dir / "x.gguf").string(), options); },
+               ErrorCode::invalid_argument, "kl_window_tokens 8 (>= 16)");
+  options.calibration_text.clear();
   expect_error([&] { ember::quantize_model(source.string(), (dir / "x.gguf").string(), options); },
                ErrorCode::invalid_argument, "--sensitivity kl needs a calibration text");
   CHECK_FALSE(fs::exists(dir / "x.gguf"));
