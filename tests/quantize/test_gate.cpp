@@ -308,6 +308,10 @@ TEST_CASE("without --eval the gate evaluates on the calibration text's held-out 
   expect_error([&] { ember::quantize_model(llama_f16().string(), out.string(), options); }, ErrorCode::invalid_argument,
                "gate_step is -1");
   options.gate_step = 0;
+  options.gate_max_rounds = -2;
+  expect_error([&] { ember::quantize_model(llama_f16().string(), out.string(), options); }, ErrorCode::invalid_argument,
+               "gate_max_rounds is -2");
+  options.gate_max_rounds = 0;
   options.hold_out = 0.9;
   expect_error([&] { ember::quantize_model(llama_f16().string(), out.string(), options); }, ErrorCode::invalid_argument,
                "hold_out is 0.9");
