@@ -1,6 +1,7 @@
 // ember quantize IN OUT --type T [-t THREADS] [--pure]
-//                [--method rtn|gptq|awq --calib FILE [--samples N] [--sample-tokens T] [--damp D] [--act-order]]:
-//                writes a quantized GGUF with
+//                [--method rtn|gptq|awq --calib FILE [--samples N] [--sample-tokens T] [--damp D] [--act-order]]
+//                [--budget SIZE | --bpw B] [--sensitivity proxy|kl]
+//                [--eval FILE] [--max-ppl-rise R | --no-gate] [--gate-step N] [--gate-rounds N]: writes a quantized GGUF with
 // ember::quantize_model, one progress line per tensor on stderr and the report on stdout.
 // llama-quantize's positional form `IN OUT TYPE [THREADS]` is accepted too.
 #include <fmt/format.h>
@@ -33,8 +34,9 @@ std::string shape_of(const std::vector<int64_t>& shape) {
 int cmd_quantize(const std::vector<std::string>& argv) {
   const std::vector<std::string> flags = {"--type",  "--threads", "--method",     "--calib",    "--samples",
                                           "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
-                                          "--max-ppl-rise", "--budget", "--bpw"};
-  const std::vector<std::string> switches = {"--pure", "--act-order"};
+                                          "--max-ppl-rise", "--budget", "--bpw", "--sensitivity", "--gate-step",
+                                          "--gate-rounds"};
+  const std::vector<std::string> switches = {"--pure", "--no-gate", "--act-order"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -100,8 +102,6 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq)", method));
   } else if (args.has("--act-order")) {
     throw UsageError("--act-order is used by --method gptq only");
-  } else if (args.has("--calib") && !args.has("--budget") && !args.has("--bpw")) {
-    throw UsageError("--calib is used by --method gptq and awq, --budget and --bpw only");
   } else if (args.has("--calib")) {
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);
@@ -135,15 +135,38 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     if (v.empty() || *end != '\0' || !(options.target_bpw > 0 && options.target_bpw <= 32))
       throw UsageError(fmt::format("--bpw must be bits per weight in (0, 32], got '{}'", v));
   }
-  if ((options.budget_bytes > 0 || options.target_bpw > 0) && options.method == QuantMethod::rtn) {
+  if (options.budget_bytes > 0 || options.target_bpw > 0 || options.method != QuantMethod::rtn || args.has("--sensitivity")) {
     options.on_search = [](const SearchProgress& p) {
-      std::fprintf(stderr, "\rember quantize: sensitivity of tensor %lld/%lld", static_cast<long long>(p.group),
-                   static_cast<long long>(p.groups));
+      const std::string_view phase(p.phase);
+      std::fprintf(stderr, "\rember quantize: %s %lld/%lld",
+                   phase == "kl"    ? "KL sensitivity (one tensor quantized), tensor"
+                   : phase == "mix" ? "sensitivity of tensor"
+                                    : "AWQ scale search, group",
+                   static_cast<long long>(p.group), static_cast<long long>(p.groups));
       if (p.group == p.groups) std::fprintf(stderr, "\n");
     };
   }
-  if (args.has("--eval")) {
-    options.eval_text = args.get("--eval");
+  // Measured sensitivity needs the calibration text's first windows.
+  const std::string sensitivity = args.get_or("--sensitivity", "proxy");
+  if (sensitivity == "kl") {
+    if (!args.has("--calib")) throw UsageError("--sensitivity kl needs --calib FILE");
+    options.sensitivity = Sensitivity::kl;
+  } else if (sensitivity != "proxy") {
+    throw UsageError(fmt::format("unknown sensitivity '{}' (proxy, kl)", sensitivity));
+  }
+  // Evaluation: --eval FILE, else the held-out tail of --calib FILE when the gate is on.
+  const bool gate = !args.has("--no-gate");
+  const bool can_eval = args.has("--eval") || (args.has("--calib") && gate);
+  if (!args.has("--eval") && !args.has("--calib") &&
+      (args.has("--eval-ctx") || args.has("--eval-chunks") || args.has("--max-ppl-rise")))
+    throw UsageError("--eval-ctx, --eval-chunks and --max-ppl-rise need --eval FILE or --calib FILE (whose tail is held out)");
+  if (!gate && (args.has("--max-ppl-rise") || args.has("--gate-step") || args.has("--gate-rounds")))
+    throw UsageError("--no-gate excludes --max-ppl-rise, --gate-step and --gate-rounds");
+  if (args.has("--calib") && method == "rtn" && !args.has("--budget") && !args.has("--bpw") && sensitivity != "kl" && !gate)
+    throw UsageError("--calib is read by --method gptq and awq, --budget/--bpw, --sensitivity kl and the gate's "
+                     "held-out evaluation; with --no-gate nothing here reads it");
+  if (can_eval) {
+    options.eval_text = args.get_or("--eval", "");
     options.eval_ctx = int32_t(args.get_int("--eval-ctx", 512, 8, 1 << 20));
     options.eval_chunks = args.get_int("--eval-chunks", -1, -1, 1 << 30);
     options.on_eval = [](int model, int64_t c, int64_t n) {
@@ -151,20 +174,30 @@ int cmd_quantize(const std::vector<std::string>& argv) {
                    static_cast<long long>(c), static_cast<long long>(n));
       if (c == n) std::fprintf(stderr, "\n");
     };
-  } else if (args.has("--eval-ctx") || args.has("--eval-chunks") || args.has("--max-ppl-rise")) {
-    throw UsageError("--eval-ctx, --eval-chunks and --max-ppl-rise need --eval FILE");
   }
-  if (args.has("--max-ppl-rise")) {
-    // "5%" or "0.05".
-    std::string rise = args.get("--max-ppl-rise");
-    const bool percent = !rise.empty() && rise.back() == '%';
-    if (percent) rise.pop_back();
-    char* end = nullptr;
-    const double v = std::strtod(rise.c_str(), &end);
-    if (rise.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
-      throw UsageError(fmt::format("--max-ppl-rise must be a positive fraction or percentage, got '{}'",
-                                   args.get("--max-ppl-rise")));
-    options.max_ppl_rise = percent ? v / 100.0 : v;
+  if (can_eval && gate) {
+    // "5%" or "0.05"; 0 switches the gate off (the figures are still reported with --eval).
+    options.max_ppl_rise = 0.05;
+    if (args.has("--max-ppl-rise")) {
+      std::string rise = args.get("--max-ppl-rise");
+      const bool percent = !rise.empty() && rise.back() == '%';
+      if (percent) rise.pop_back();
+      char* end = nullptr;
+      const double v = std::strtod(rise.c_str(), &end);
+      if (rise.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
+        throw UsageError(fmt::format("--max-ppl-rise must be a fraction or percentage >= 0, got '{}'",
+                                     args.get("--max-ppl-rise")));
+      options.max_ppl_rise = percent ? v / 100.0 : v;
+    }
+    options.gate_step = int(args.get_int("--gate-step", 0, 1, 1 << 20));
+    options.gate_max_rounds = int(args.get_int("--gate-rounds", 0, 1, 1 << 20));
+    options.on_gate = [](const GateRound& r) {
+      std::string raised;
+      for (const RaisedTensor& t : r.raised)
+        raised += fmt::format("{}{} {}->{}", raised.empty() ? "" : ", ", t.name, t.from, t.to);
+      std::fprintf(stderr, "ember quantize: gate round %d: raised %zu (%s); perplexity %.4f (%+.2f%%)\n", r.round,
+                   r.raised.size(), raised.c_str(), r.perplexity, 100.0 * r.rise);
+    };
   }
   const std::string& in = positional[0];
   const std::string& out = positional[1];
@@ -218,15 +251,51 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   if (report.budget_bytes > 0)
     std::printf("mixed precision: budget %s, tensor data %s\n", mib(report.budget_bytes).c_str(),
                 mib(report.bytes_out).c_str());
-  if (!options.eval_text.empty()) {
+  if (report.kl_windows > 0) {
+    // The measured sensitivities, most sensitive first, with the type each tensor got.
+    std::printf("\nsensitivity (KL divergence, nats/token, with the tensor alone quantized; %lld windows, %lld tokens, "
+                "%lld positions scored):\n",
+                static_cast<long long>(report.kl_windows), static_cast<long long>(report.kl_tokens),
+                static_cast<long long>(report.kl_positions));
+    std::vector<const QuantizedTensor*> ranked;
+    for (const QuantizedTensor& t : report.tensors)
+      if (t.kl >= 0) ranked.push_back(&t);
+    std::stable_sort(ranked.begin(), ranked.end(), [](auto* a, auto* b) { return a->kl > b->kl; });
+    for (const QuantizedTensor* t : ranked)
+      std::printf("  %-32s KL %.3e in %-5s -> %s%s\n", t->name.c_str(), t->kl, t->kl_type.c_str(), t->type_out.c_str(),
+                  t->mixed ? " (mixed)" : "");
+  }
+  if (report.ppl_before > 0) {
     const double rise = 100.0 * (report.ppl_after / report.ppl_before - 1.0);
-    std::printf("perplexity of '%s' (%lld tokens scored, --eval-ctx %d): input %.4f +/- %.4f, output %.4f +/- %.4f "
+    const std::string source = options.eval_text.empty()
+                                   ? fmt::format("the held-out last {} tokens of '{}'", report.held_out_tokens,
+                                                 options.calibration_text)
+                                   : fmt::format("'{}'", options.eval_text);
+    std::printf("perplexity of %s (%lld tokens scored, --eval-ctx %d): input %.4f +/- %.4f, output %.4f +/- %.4f "
                 "(%+.2f%%)\n",
-                options.eval_text.c_str(), static_cast<long long>(report.eval_scored), options.eval_ctx,
-                report.ppl_before, report.ppl_before_error, report.ppl_after, report.ppl_after_error, rise);
+                source.c_str(), static_cast<long long>(report.eval_scored), options.eval_ctx, report.ppl_before,
+                report.ppl_before_error, report.ppl_after, report.ppl_after_error, rise);
+    if (!report.gate_rounds.empty()) {
+      std::printf("gate (--max-ppl-rise %.2f%%): first output %.4f (%+.2f%%), %zu rounds\n", 100.0 * report.max_ppl_rise,
+                  report.ppl_first, 100.0 * (report.ppl_first / report.ppl_before - 1.0), report.gate_rounds.size());
+      for (const GateRound& r : report.gate_rounds) {
+        std::printf("  round %d: perplexity %.4f +/- %.4f (%+.2f%%) after raising\n", r.round, r.perplexity, r.error,
+                    100.0 * r.rise);
+        for (const RaisedTensor& t : r.raised)
+          std::printf("    %-32s %s -> %s (ranked by %s %.3e)\n", t.name.c_str(), t.from.c_str(), t.to.c_str(),
+                      report.kl_windows > 0 ? "KL" : "relative error", t.rank_key);
+      }
+    }
     if (report.rejected) {
-      std::fprintf(stderr, "ember quantize: the perplexity rose by %.2f%%, more than --max-ppl-rise %.2f%%: %s was not written\n",
-                   rise, 100.0 * options.max_ppl_rise, out.c_str());
+      std::fprintf(stderr,
+                   "ember quantize: the perplexity rose by %.2f%%, more than --max-ppl-rise %.2f%%, %s: %s was not "
+                   "written\n",
+                   rise, 100.0 * options.max_ppl_rise,
+                   report.gate_rounds.empty() ? "and nothing could be raised"
+                   : options.gate_max_rounds > 0 && int(report.gate_rounds.size()) >= options.gate_max_rounds
+                       ? fmt::format("after {} rounds (--gate-rounds)", report.gate_rounds.size()).c_str()
+                       : "even with every quantized tensor raised to its widest type",
+                   out.c_str());
       return 1;
     }
   }

@@ -83,8 +83,8 @@ speculative decoding (lossless: the same tokens as without it):
       {"tokenize", ember::cli::cmd_tokenize, R"(ember tokenize -m MODEL -p TEXT [--bos] [--special]
   Prints token ids (no BOS unless --bos; special tokens only with --special).
 )"},
-      {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq --calib FILE [--samples N] [--act-order]]
-                 [--budget SIZE | --bpw B] [--eval FILE [--max-ppl-rise R]]
+      {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq] [--calib FILE [--samples N]] [--act-order]
+                 [--budget SIZE | --bpw B] [--sensitivity proxy|kl] [--eval FILE] [--max-ppl-rise R | --no-gate]
   Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures)
@@ -94,19 +94,29 @@ speculative decoding (lossless: the same tokens as without it):
                          with calibration Hessians onto standard Q4_0 / Q4_K blocks (TYPE Q4_0,
                          Q4_K, Q4_K_M; a mixture's other types stay round-to-nearest);
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE)
-  --calib FILE           gptq, awq: the calibration text
-  --samples N            gptq, awq: calibration windows (default 512; fewer when the text is short)
-  --sample-tokens T      gptq, awq: tokens per window, BOS first (default 512)
+  --calib FILE           the calibration text (gptq, awq, --budget/--bpw, --sensitivity kl); without
+                         --eval its last 10 % (at least one --eval-ctx chunk) is held out for the gate
+  --samples N            calibration windows (default 512; fewer when the text is short)
+  --sample-tokens T      tokens per calibration window, BOS first (default 512)
   --damp D               gptq: damping, lambda = D * mean(diag H) (default 0.01)
   --act-order            gptq: columns in order of decreasing Hessian diagonal
   --budget SIZE, --bpw B mixed precision: the layers' projections take types from Q4_K..Q8_0
                          (K types) or Q4_0/Q5_0/Q8_0 so that the tensor data fits SIZE (200M,
-                         1.2G) or B bits per weight, least output error first (with --calib:
-                         measured on the calibration text's activations)
+                         1.2G) or B bits per weight, the most sensitive kept widest
+  --sensitivity proxy|kl proxy (default): relative layer-wise output error, no model run; kl:
+                         the KL divergence with each tensor alone quantized, measured on two
+                         256-token windows of --calib (one forward pass per tensor); ranks the
+                         mixture and the gate
   --eval FILE            perplexity of FILE with IN and with OUT, in the report
-  --eval-ctx N           --eval: tokens per chunk (default 512); --eval-chunks N: at most N chunks
-  --max-ppl-rise R       with --eval: do not write OUT when its perplexity exceeds IN's by more
-                         than R (a fraction, 0.05, or a percentage, 5%); exit status 1
+  --eval-ctx N           tokens per evaluation chunk (default 512); --eval-chunks N: at most N chunks
+  --max-ppl-rise R       the gate, on whenever there is a text to evaluate (--eval, or --calib's
+                         held-out tail): when OUT's perplexity exceeds IN's by more than R (a
+                         fraction, 0.05, or a percentage, 5%; default 5%), the most sensitive
+                         tensors are raised a type (Q4/Q5 -> Q8_0 -> F16, Q4_K/Q5_K -> Q6_K) a
+                         few per round until it holds; if it cannot, OUT is not written and the
+                         exit status is 1. R = 0 or --no-gate: no gate
+  --gate-step N          tensors raised per round (default: a 16th of the quantized tensors)
+  --gate-rounds N        at most N rounds (default: until every tensor is at its widest)
   llama-quantize's order IN OUT TYPE [THREADS] is accepted. A progress line per tensor goes
   to stderr, the report (type, size, relative error per tensor; totals) to stdout.
 )"},

@@ -43,12 +43,19 @@ struct CalibrationProgress {
   int64_t samples = 0;            // samples in all
 };
 
+// How the mixed-precision planner and the gate rank tensors (`--sensitivity`).
+enum class Sensitivity {
+  proxy,  // relative layer-wise output error (mixing) / relative weight error (the gate): no model run
+  kl,     // measured: KL divergence of the model's next-token distribution with the tensor
+          // alone quantized, on a short slice of the calibration text (needs calibration_text)
+};
+
 // Search progress: AWQ calls it after each group of projections (three per layer), the
 // mixed-precision planner after each tensor measured.
 struct SearchProgress {
   int64_t group = 0;              // groups (tensors) done, 1-based
   int64_t groups = 0;             // in all
-  const char* phase = "awq";      // "awq" or "mix"
+  const char* phase = "awq";      // "awq", "mix" or "kl" (a tensor's KL measured)
 };
 
 // One tensor of the output, as written.
@@ -67,7 +74,27 @@ struct QuantizedTensor {
   // ||w - dequantize(quantize(w))|| / ||w|| over the tensor (0 when copied; 0 for an all-zero tensor).
   double relative_error = 0;
   bool mixed = false;             // its type chosen by the mixed-precision budget
-  double sensitivity = 0;         // mixed: relative output error in the chosen type
+  double sensitivity = 0;         // mixed: D in the chosen type (relative output error, or KL-scaled; mixed.hpp)
+  // Sensitivity::kl: KL divergence (nats per scored token) with this tensor alone in
+  // kl_type and every other tensor as in the input; kl < 0: not measured.
+  double kl = -1;
+  std::string kl_type{};
+  std::string raised_from{};        // the gate raised it: its type before (empty: not raised)
+};
+
+// One tensor the gate raised in a round.
+struct RaisedTensor {
+  std::string name;
+  std::string from, to;           // "Q4_0" -> "Q8_0"
+  double rank_key = 0;            // what it was ranked by: its KL, or the proxy (relative weight error)
+};
+
+// One round of the gate: the tensors raised, then the output's perplexity.
+struct GateRound {
+  int round = 0;                  // 1-based
+  std::vector<RaisedTensor> raised{};
+  double perplexity = 0, error = 0;
+  double rise = 0;                // perplexity / the input's - 1
 };
 
 // Progress: called once per tensor after it is done, in output order, from the calling thread.
@@ -99,7 +126,14 @@ struct QuantizeOptions {
   // chosen when its first column in that order comes up; docs/quantization.md). gptq only.
   bool act_order = false;
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
-  std::function<void(const SearchProgress&)> on_search;            // optional (awq)
+  std::function<void(const SearchProgress&)> on_search;            // optional (awq, mix, kl)
+  // --sensitivity kl (docs/quantization.md): measured before mixing, for every quantized
+  // tensor the model reads, on the first kl_windows windows of kl_window_tokens tokens of
+  // the calibration text (the part calibration reads); the mixture and the gate then rank
+  // by it. Needs calibration_text.
+  Sensitivity sensitivity = Sensitivity::proxy;
+  int64_t kl_windows = 2;         // >= 1
+  int64_t kl_window_tokens = 256; // >= 16
   // Mixed precision by sensitivity (--budget SIZE, --bpw B; docs/quantization.md): the
   // layers' projections take types from a ladder (Q4_K..Q8_0 for K recipes, Q4_0/Q5_0/Q8_0
   // for the others) so that the tensor data fits budget_bytes, or target_bpw bits per
@@ -108,15 +142,26 @@ struct QuantizeOptions {
   uint64_t budget_bytes = 0;      // 0: no budget
   double target_bpw = 0;          // 0: no target; at most one of the two
   // --eval FILE: the perplexity of this text (llama-perplexity's scoring, ember/perplexity.hpp)
-  // with the input and with the output, in the report. --max-ppl-rise R (> 0): when the
-  // output's perplexity exceeds the input's by more than the fraction R, OUT is not written
-  // (QuantizeReport::rejected; no exception: the figures are the answer).
-  std::string eval_text;          // empty: no evaluation
+  // with the input and with the output, in the report.
+  // The gate, max_ppl_rise R > 0: when the output's perplexity exceeds the input's by more
+  // than the fraction R, the most sensitive quantized tensors are raised to the next wider
+  // type (lib/quantize/gate.hpp), gate_step per round, and the perplexity measured again,
+  // until it holds; when it cannot (every tensor at its widest, or gate_max_rounds spent)
+  // OUT is not written (QuantizeReport::rejected; no exception: the figures are the answer).
+  // Without eval_text the gate evaluates on the held-out tail of calibration_text: its
+  // last hold_out fraction of tokens (at least eval_ctx), which calibration, AWQ/GPTQ and
+  // the KL measurement do not read. The library's default is no gate; `ember quantize`
+  // sets 5 % whenever it has a text to evaluate.
+  std::string eval_text;          // empty: no evaluation file
   int32_t eval_ctx = 512;         // tokens per chunk, >= 8
   int64_t eval_chunks = -1;       // -1: every whole chunk of the text
   double max_ppl_rise = 0;        // 0: no gate; e.g. 0.05 for 5 %
-  // After each evaluated chunk: model 0 = the input, 1 = the output.
+  double hold_out = 0.10;         // the calibration text's evaluation tail, in (0, 0.5]
+  int gate_step = 0;              // tensors raised per round, >= 0 (0: max(1, ceil(quantized tensors / 16)))
+  int gate_max_rounds = 0;        // >= 0 (0: until every tensor is at its widest)
+  // After each evaluated chunk: model 0 = the input, 1 = the output (again each round).
   std::function<void(int model, int64_t chunk, int64_t chunks)> on_eval;
+  std::function<void(const GateRound&)> on_gate;   // after each round of the gate, optional
 };
 
 struct QuantizeReport {
@@ -132,7 +177,12 @@ struct QuantizeReport {
   // eval_text: perplexity with the input and the output, their standard errors, tokens scored.
   double ppl_before = 0, ppl_before_error = 0, ppl_after = 0, ppl_after_error = 0;
   int64_t eval_scored = 0;
-  bool rejected = false;          // max_ppl_rise exceeded: OUT was not written
+  bool rejected = false;          // max_ppl_rise exceeded even after raising: OUT was not written
+  double max_ppl_rise = 0;        // the gate's limit (0: no gate)
+  double ppl_first = 0;           // the output's perplexity before the gate raised anything
+  std::vector<GateRound> gate_rounds;   // in order; ppl_after is the last round's
+  int64_t held_out_tokens = 0;    // the calibration text's tokens held out for evaluation (0: none)
+  int64_t kl_windows = 0, kl_tokens = 0, kl_positions = 0;   // Sensitivity::kl: what was run and scored
   uint64_t budget_bytes = 0;      // the mixture's budget (from budget_bytes or target_bpw); 0: none
   // Things the caller should know, e.g. that the input was already quantized.
   std::vector<std::string> warnings;
@@ -148,7 +198,10 @@ struct QuantizeReport {
 // (architecture ember does not know, a tensor type it cannot read, rows no type fits;
 // gptq with a recipe other than Q4_0, Q4_K, Q4_K_M). gptq/awq: io for an unreadable
 // calibration text, invalid_argument for one too short for a single sample, bad
-// samples/damp, or act_order without gptq.
+// samples/damp, or act_order without gptq. The gate:
+// invalid_argument for max_ppl_rise without a text to evaluate, a calibration text too
+// short to hold out one eval_ctx chunk, bad hold_out/gate_step/gate_max_rounds;
+// Sensitivity::kl: invalid_argument without a calibration text or one shorter than a window.
 EMBER_API QuantizeReport quantize_model(const std::string& input, const std::string& output,
                                         const QuantizeOptions& options);
 

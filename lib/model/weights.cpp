@@ -168,4 +168,14 @@ Weights Weights::load(const gguf::File& file, const HParams& hp, backend::Backen
   return w;
 }
 
+std::vector<Tensor*> Weights::slots() {
+  std::vector<Tensor*> out = {&token_embd, &output_norm, &output, &rope_long, &rope_short};
+  for (LayerWeights& l : layers)
+    for (Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo, &l.bo,
+                      &l.attn_post_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.ffn_post_norm,
+                      &l.ffn_gate_inp, &l.exp_gate, &l.exp_up, &l.exp_down})
+      out.push_back(t);
+  return out;
+}
+
 }  // namespace ember::model

@@ -53,6 +53,10 @@ struct Weights {
   static Weights load(const gguf::File& file, const HParams& hp, backend::Backend& backend,
                       std::shared_ptr<const void> keep_alive);
 
+  // Every tensor field above (empty ones included), for code that swaps a weight in
+  // place (lib/quantize/sensitivity.cpp); a Forward built on these weights sees the swap.
+  std::vector<Tensor*> slots();
+
  private:
   std::vector<std::shared_ptr<backend::Buffer>> buffers_;
 };

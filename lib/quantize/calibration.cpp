@@ -67,7 +67,8 @@ Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const Calib
   const std::string text = read_text(settings.text_path);
 
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_gguf(*file);
-  const std::vector<int32_t> tokens = tokenizer.encode(text, false, false);
+  std::vector<int32_t> tokens = tokenizer.encode(text, false, false);
+  if (settings.max_tokens >= 0 && int64_t(tokens.size()) > settings.max_tokens) tokens.resize(size_t(settings.max_tokens));
   const bool bos = tokenizer.bos() >= 0 && tokenizer.adds_bos();
   const int64_t text_per_sample = settings.sample_tokens - (bos ? 1 : 0);
   const auto available = int64_t(tokens.size()) / text_per_sample;

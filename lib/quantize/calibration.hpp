@@ -25,6 +25,7 @@ struct CalibrationSettings {
   int64_t samples = 512;          // windows wanted; fewer are used (with a warning) when the text is short
   int64_t sample_tokens = 512;    // tokens per window, >= 2
   int threads = 1;                // CPU backend threads
+  int64_t max_tokens = -1;        // read only the text's first max_tokens tokens (-1: all; the gate's held-out tail follows)
   std::function<void(int64_t done, int64_t total)> on_sample;   // after each window
 };
 

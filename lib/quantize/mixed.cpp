@@ -25,24 +25,32 @@ std::vector<DType> mix_ladder(DType base) {
   }
 }
 
+std::vector<size_t> mixable(const gguf::File& file, std::span<const TensorPlan> plans, DType base) {
+  int64_t block = 1;
+  for (DType t : mix_ladder(base)) block = std::max<int64_t>(block, quant::type_info(t).block_elems);
+  std::vector<size_t> out;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const gguf::TensorInfo& t = file.tensors()[plans[i].index];
+    if (plans[i].quantize && t.shape.size() == 2 && t.name.rfind("blk.", 0) == 0 && t.cols() % block == 0)
+      out.push_back(i);
+  }
+  return out;
+}
+
 std::vector<MixChoice> mix_types(const gguf::File& file, std::span<TensorPlan> plans, const Calibration* calibration,
                                  DType base, const MixOptions& options,
                                  const std::function<void(int64_t done, int64_t total)>& on_tensor) {
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
   const std::vector<DType> ladder = mix_ladder(base);
-  int64_t block = 1;
-  for (DType t : ladder) block = std::max<int64_t>(block, quant::type_info(t).block_elems);
-
-  // The mixed tensors: the layers' quantized 2-D matrices whose rows every ladder type holds.
-  std::vector<size_t> mixed;
+  const std::vector<size_t> mixed = mixable(file, plans, base);
   uint64_t fixed = 0;
-  for (size_t i = 0; i < plans.size(); ++i) {
+  for (size_t i = 0, k = 0; i < plans.size(); ++i) {
+    if (k < mixed.size() && mixed[k] == i) {
+      ++k;
+      continue;
+    }
     const gguf::TensorInfo& t = file.tensors()[plans[i].index];
-    const bool mix = plans[i].quantize && t.shape.size() == 2 && t.name.rfind("blk.", 0) == 0 && t.cols() % block == 0;
-    if (mix)
-      mixed.push_back(i);
-    else
-      fixed += plans[i].quantize ? quant::row_bytes(plans[i].type, t.cols()) * uint64_t(t.rows()) : t.n_bytes;
+    fixed += plans[i].quantize ? quant::row_bytes(plans[i].type, t.cols()) * uint64_t(t.rows()) : t.n_bytes;
   }
   require(!mixed.empty(), "quantize: no tensor of this model can take a mixture of {} and wider types",
           quant::type_name(ladder[0]));
@@ -75,6 +83,14 @@ std::vector<MixChoice> mix_types(const gguf::File& file, std::span<TensorPlan> p
         m.type = ladder[j];
         d[k * n_types + j] = measure.error(m, {}, sample) / energy;
         bytes[k * n_types + j] = quant::row_bytes(ladder[j], cols) * uint64_t(rows);
+      }
+      if (options.measured) {
+        const auto it = options.measured->find(plans[mixed[k]].index);
+        if (it == options.measured->end())
+          fail(ErrorCode::invalid_argument, "quantize: no measured sensitivity for tensor '{}'", t.name);
+        const double proxy_first = d[k * n_types];
+        for (size_t j = 0; j < n_types; ++j)
+          d[k * n_types + j] = proxy_first > 0 ? it->second * d[k * n_types + j] / proxy_first : 0.0;
       }
       const int64_t n = ++done;
       if (on_tensor) {
@@ -128,7 +144,7 @@ std::vector<MixChoice> mix_types(const gguf::File& file, std::span<TensorPlan> p
   for (size_t k = 0; k < mixed.size(); ++k) {
     plans[mixed[k]].type = ladder[level[k]];
     plans[mixed[k]].fallback = false;
-    out.push_back({.plan = mixed[k], .sensitivity = d[k * n_types + level[k]]});
+    out.push_back({.plan = mixed[k], .sensitivity = d[k * n_types + level[k]], .first = d[k * n_types]});
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -11,7 +12,10 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -25,10 +29,13 @@
 #include "quant/quant.hpp"
 #include "quantize/awq.hpp"
 #include "quantize/calibration.hpp"
+#include "quantize/gate.hpp"
 #include "quantize/gptq.hpp"
 #include "quantize/mixed.hpp"
+#include "quantize/sensitivity.hpp"
 #include "quantize/type_rules.hpp"
 #include "quantize/weight_quantizers.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace ember {
 namespace {
@@ -93,6 +100,14 @@ class TempFile {
   fs::path output_, path_;
   bool committed_ = false;
 };
+
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || in.bad()) fail(ErrorCode::io, "quantize: cannot read the {} text '{}'", what, path);
+  return text.str();
+}
 
 int64_t metadata_int_or(const gguf::File& file, const std::string& key, int64_t fallback) {
   const gguf::Value* v = file.find(key);
@@ -190,6 +205,61 @@ RowSums gptq_tensor(const gguf::TensorInfo& t, DType type, const quantize::Hessi
   return sums;
 }
 
+// The gate's rounds (quantize/gate.hpp): the quantized tensors ranked by their measured
+// KL (those measured first), else by the proxy, their relative weight error; each round
+// raises the next `step` of them one type wider through `raise` and measures through
+// `measure` (true when the rise holds). Returns false when nothing is left to raise or
+// gate_max_rounds are spent.
+bool raise_until_holds(const gguf::File& file, std::span<const quantize::TensorPlan> plans,
+                       const std::map<size_t, double>& kl, const QuantizeOptions& options, QuantizeReport& report,
+                       const std::function<void(size_t, DType)>& raise, const std::function<bool()>& measure) {
+  std::vector<size_t> ranked;
+  std::vector<double> key(plans.size(), 0.0);
+  std::vector<char> measured(plans.size(), 0);
+  std::vector<DType> current(plans.size());
+  for (size_t k = 0; k < plans.size(); ++k) {
+    current[k] = plans[k].type;
+    if (!plans[k].quantize) continue;
+    const auto it = kl.find(plans[k].index);
+    measured[k] = it != kl.end();
+    key[k] = measured[k] ? it->second : report.tensors[k].relative_error;
+    ranked.push_back(k);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+    if (measured[a] != measured[b]) return measured[a] > measured[b];
+    return key[a] > key[b];
+  });
+  const size_t step =
+      options.gate_step > 0 ? size_t(options.gate_step) : std::max<size_t>(1, (ranked.size() + 15) / 16);
+  const auto wider = [&](size_t k) {
+    const gguf::TensorInfo& t = file.tensors()[plans[k].index];
+    return quantize::wider_type(current[k], t.type, t.cols());
+  };
+  quantize::RaiseOrder order(ranked);
+  for (int round = 1;; ++round) {
+    if (options.gate_max_rounds > 0 && round > options.gate_max_rounds) return false;
+    const std::vector<size_t> picks = order.next(step, [&](size_t k) { return wider(k).has_value(); });
+    if (picks.empty()) return false;
+    GateRound r{.round = round};
+    for (size_t k : picks) {
+      const DType to = *wider(k);
+      r.raised.push_back({.name = report.tensors[k].name,
+                          .from = std::string(quant::type_name(current[k])),
+                          .to = std::string(quant::type_name(to)),
+                          .rank_key = key[k]});
+      raise(k, to);
+      current[k] = to;
+    }
+    const bool holds = measure();
+    r.perplexity = report.ppl_after;
+    r.error = report.ppl_after_error;
+    r.rise = report.ppl_after / report.ppl_before - 1.0;
+    report.gate_rounds.push_back(std::move(r));
+    if (options.on_gate) options.on_gate(report.gate_rounds.back());
+    if (holds) return true;
+  }
+}
+
 }  // namespace
 
 std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
@@ -236,16 +306,25 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   require(!mix || !options.pure, "quantize: --pure and a mixed-precision budget exclude each other");
   require(options.max_ppl_rise >= 0 && std::isfinite(options.max_ppl_rise), "quantize: max_ppl_rise is {}, must be >= 0",
           options.max_ppl_rise);
-  require(options.max_ppl_rise == 0 || !options.eval_text.empty(),
-          "quantize: --max-ppl-rise needs an evaluation text (--eval FILE)");
+  require(options.max_ppl_rise == 0 || !options.eval_text.empty() || !options.calibration_text.empty(),
+          "quantize: --max-ppl-rise needs an evaluation text (--eval FILE) or a calibration text to hold a part "
+          "of out (--calib FILE)");
   require(options.eval_ctx >= 8, "quantize: eval_ctx is {}, must be at least 8", options.eval_ctx);
+  require(options.hold_out > 0 && options.hold_out <= 0.5, "quantize: hold_out is {}, must be in (0, 0.5]",
+          options.hold_out);
+  require(options.gate_step >= 0, "quantize: gate_step is {}, must be >= 0", options.gate_step);
+  require(options.gate_max_rounds >= 0, "quantize: gate_max_rounds is {}, must be >= 0", options.gate_max_rounds);
+  const bool measure_kl = options.sensitivity == Sensitivity::kl;
+  require(options.sensitivity == Sensitivity::proxy || measure_kl, "quantize: unknown sensitivity {}",
+          int(options.sensitivity));
+  require(!measure_kl || !options.calibration_text.empty(),
+          "quantize: --sensitivity kl needs a calibration text (--calib FILE)");
+  require(!measure_kl || (options.kl_windows >= 1 && options.kl_window_tokens >= 16),
+          "quantize: kl_windows is {} (>= 1) and kl_window_tokens {} (>= 16)", options.kl_windows,
+          options.kl_window_tokens);
   std::string eval_text;
   if (!options.eval_text.empty()) {
-    std::ifstream in(options.eval_text, std::ios::binary);
-    std::ostringstream text;
-    if (in) text << in.rdbuf();
-    if (!in || in.bad()) fail(ErrorCode::io, "quantize: cannot read the evaluation text '{}'", options.eval_text);
-    eval_text = text.str();
+    eval_text = read_text(options.eval_text, "evaluation");
     if (!eval_text.empty() && eval_text.back() == '\n') eval_text.pop_back();
   }
 
@@ -298,6 +377,32 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
 
   TempFile temp(output);   // fails here, before any work, when the folder cannot be written
 
+  // The calibration text's tokens when the held-out tail or the KL slice needs them: the
+  // gate's default evaluation text is its last hold_out fraction (at least one chunk of
+  // eval_ctx), which nothing before the gate reads.
+  const bool hold_out = options.max_ppl_rise > 0 && eval_text.empty() && !options.calibration_text.empty();
+  std::vector<int32_t> calib_tokens, held_tokens;
+  int64_t calib_limit = -1;
+  if (hold_out || measure_kl) {
+    const tok::Tokenizer tokenizer = tok::Tokenizer::from_gguf(file);
+    calib_tokens = tokenizer.encode(read_text(options.calibration_text, "calibration"), false, false);
+    if (hold_out) {
+      const auto n = int64_t(calib_tokens.size());
+      const int64_t held = std::max<int64_t>(int64_t(std::ceil(double(n) * options.hold_out)), options.eval_ctx);
+      if (held >= n)
+        fail(ErrorCode::invalid_argument,
+             "quantize: the calibration text '{}' has {} tokens, too few to hold out {} ({} % and at least one "
+             "--eval-ctx chunk of {}) for the perplexity gate and calibrate on the rest; give --eval FILE, a longer "
+             "text, or switch the gate off (--no-gate)",
+             options.calibration_text, n, held, 100.0 * options.hold_out, options.eval_ctx);
+      calib_limit = n - held;
+      if (tokenizer.bos() >= 0 && tokenizer.adds_bos()) held_tokens.push_back(tokenizer.bos());
+      held_tokens.insert(held_tokens.end(), calib_tokens.begin() + calib_limit, calib_tokens.end());
+      calib_tokens.resize(size_t(calib_limit));
+      report.held_out_tokens = held;
+    }
+  }
+
   quantize::Calibration calibration;
   quantize::AwqPlan awq_plan;
   if (gptq || awq || (mix && !options.calibration_text.empty())) {
@@ -306,12 +411,40 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
                    .samples = options.samples,
                    .sample_tokens = options.sample_tokens,
                    .threads = options.threads,
+                   .max_tokens = calib_limit,
                    .on_sample = [&](int64_t done, int64_t total) {
                      if (options.on_calibration) options.on_calibration({.sample = done, .samples = total});
                    }});
     report.calibration_samples = calibration.samples;
     report.calibration_tokens = calibration.tokens;
     for (std::string& w : calibration.warnings) report.warnings.push_back(std::move(w));
+  }
+  // Measured sensitivity: every quantized tensor in the type it would have at the low end
+  // (a mixture's first type, else its planned type).
+  std::map<size_t, double> kl;            // by tensor index in the file
+  std::map<size_t, DType> kl_type;
+  if (measure_kl) {
+    std::vector<size_t> low;
+    if (mix) low = quantize::mixable(file, plans, recipe.base);
+    std::vector<quantize::KlTarget> targets;
+    for (size_t k = 0; k < plans.size(); ++k) {
+      if (!plans[k].quantize) continue;
+      const DType type = std::binary_search(low.begin(), low.end(), k) ? quantize::mix_ladder(recipe.base)[0] : plans[k].type;
+      targets.push_back({.tensor = plans[k].index, .type = type});
+      kl_type[plans[k].index] = type;
+    }
+    const quantize::KlResult measured = quantize::measure_kl(
+        file_ptr, calib_tokens, targets,
+        {.windows = options.kl_windows,
+         .window_tokens = options.kl_window_tokens,
+         .threads = options.threads,
+         .on_tensor = [&](int64_t done, int64_t total) {
+           if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "kl"});
+         }});
+    kl = measured.kl;
+    report.kl_windows = measured.windows;
+    report.kl_tokens = measured.tokens;
+    report.kl_positions = measured.positions;
   }
   std::map<size_t, double> sensitivity;   // by plan index: the mixed tensors
   if (mix) {
@@ -324,7 +457,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     report.budget_bytes = budget;
     const auto chosen = quantize::mix_types(
         file, plans, gptq || awq || !options.calibration_text.empty() ? &calibration : nullptr, recipe.base,
-        {.budget_bytes = budget, .threads = options.threads}, [&](int64_t done, int64_t total) {
+        {.budget_bytes = budget, .threads = options.threads, .measured = measure_kl ? &kl : nullptr},
+        [&](int64_t done, int64_t total) {
           if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "mix"});
         });
     for (const quantize::MixChoice& c : chosen) sensitivity[c.plan] = c.sensitivity;
@@ -337,14 +471,26 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     report.awq_skipped = std::move(awq_plan.skipped);
   }
 
-  gguf::Writer writer(file.alignment());
-  for (const gguf::KeyValue& kv : file.metadata())
-    if (copied_key(kv.key)) writer.add(kv.key, kv.value);
-  writer.add_uint32("general.quantization_version", kQuantizationVersion);
-  writer.add_uint32("general.file_type", recipe.file_type);
-
-  double error2 = 0, norm2 = 0;
-  std::vector<std::byte> buffer;
+  // Each tensor's output bytes: the input's or AWQ's folded norm (viewed), or quantized (owned).
+  struct Written {
+    DType type = DType::f32;
+    std::vector<std::byte> owned;
+    std::span<const std::byte> bytes;
+    RowSums sums;
+  };
+  std::vector<Written> written(plans.size());
+  const auto quantize_into = [&](size_t k, DType type, bool use_gptq) {
+    const gguf::TensorInfo& t = file.tensors()[plans[k].index];
+    Written& w = written[k];
+    w.type = type;
+    w.owned.assign(quant::row_bytes(type, t.cols()) * size_t(t.rows()), std::byte{0});
+    const auto transform = awq_plan.transforms.find(t.name);
+    const quantize::AwqTransform* awq_transform = transform != awq_plan.transforms.end() ? &transform->second : nullptr;
+    w.sums = use_gptq ? gptq_tensor(t, type, *calibration.hessians.at(t.name),
+                                    {.damp = options.damp, .act_order = options.act_order}, w.owned.data())
+                      : quantize_tensor(t, type, w.owned.data(), options.threads, awq_transform);
+    w.bytes = w.owned;
+  };
   for (size_t k = 0; k < plans.size(); ++k) {
     const quantize::TensorPlan& plan = plans[k];
     const gguf::TensorInfo& t = file.tensors()[plan.index];
@@ -358,52 +504,70 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
                       .bytes_in = t.n_bytes,
                       .mixed = mixed != sensitivity.end(),
                       .sensitivity = mixed != sensitivity.end() ? mixed->second : 0.0};
+    if (const auto measured = kl.find(plan.index); measured != kl.end()) {
+      q.kl = measured->second;
+      q.kl_type = quant::type_name(kl_type.at(plan.index));
+    }
+    Written& w = written[k];
     if (const auto folded = awq_plan.folded.find(t.name); folded != awq_plan.folded.end()) {
       // A norm's weight divided by the AWQ scales of the projections it feeds.
-      const std::span<const std::byte> bytes = std::as_bytes(std::span(folded->second));
-      writer.add_tensor(t.name, DType::f32, t.shape, bytes);
+      w.type = DType::f32;
+      w.bytes = std::as_bytes(std::span(folded->second));
       q.type_out = quant::type_name(DType::f32);
-      q.bytes_out = bytes.size();
       q.awq = true;
       q.awq_alpha = awq_plan.folded_alpha.at(t.name);
     } else if (!plan.quantize) {
-      writer.add_tensor(t.name, t.type, t.shape, std::span(t.data, t.n_bytes));
-      q.bytes_out = t.n_bytes;
+      w.type = t.type;
+      w.bytes = std::span(t.data, t.n_bytes);
     } else {
-      buffer.assign(quant::row_bytes(plan.type, t.cols()) * size_t(t.rows()), std::byte{0});
       const auto hessian = calibration.hessians.find(t.name);
       // GPTQ where the planned type is one it writes (Q4_0, Q4_K; a mixture's Q6_K,
       // Q5_0 fallbacks etc. stay round-to-nearest) and the calibration saw the input.
       q.gptq = gptq && quantize::gptq_can_write(plan.type) && hessian != calibration.hessians.end() &&
                hessian->second->cols == t.cols();
       const auto transform = awq_plan.transforms.find(t.name);
-      const quantize::AwqTransform* awq_transform = transform != awq_plan.transforms.end() ? &transform->second : nullptr;
-      q.awq = awq_transform != nullptr;
-      q.awq_alpha = awq_transform ? awq_transform->alpha : 0.0;
-      const RowSums sums = q.gptq ? gptq_tensor(t, plan.type, *hessian->second,
-                                                {.damp = options.damp, .act_order = options.act_order}, buffer.data())
-                                  : quantize_tensor(t, plan.type, buffer.data(), options.threads, awq_transform);
-      writer.add_tensor(t.name, plan.type, t.shape, buffer);
-      q.bytes_out = buffer.size();
-      q.relative_error = sums.norm2 > 0 ? std::sqrt(sums.error2 / sums.norm2) : 0.0;
-      error2 += sums.error2;
-      norm2 += sums.norm2;
+      q.awq = transform != awq_plan.transforms.end();
+      q.awq_alpha = q.awq ? transform->second.alpha : 0.0;
+      quantize_into(k, plan.type, q.gptq);
+      q.relative_error = w.sums.norm2 > 0 ? std::sqrt(w.sums.error2 / w.sums.norm2) : 0.0;
     }
-    report.bytes_in += q.bytes_in;
-    report.bytes_out += q.bytes_out;
+    q.bytes_out = w.bytes.size();
     report.tensors.push_back(std::move(q));
     if (options.on_tensor) options.on_tensor({.index = k, .count = plans.size(), .tensor = &report.tensors.back()});
   }
-  report.relative_error = norm2 > 0 ? std::sqrt(error2 / norm2) : 0.0;
+  const auto totals = [&] {
+    double error2 = 0, norm2 = 0;
+    report.bytes_in = report.bytes_out = 0;
+    for (size_t k = 0; k < plans.size(); ++k) {
+      error2 += written[k].sums.error2;
+      norm2 += written[k].sums.norm2;
+      report.bytes_in += report.tensors[k].bytes_in;
+      report.bytes_out += report.tensors[k].bytes_out;
+    }
+    report.relative_error = norm2 > 0 ? std::sqrt(error2 / norm2) : 0.0;
+  };
+  const auto write_output = [&] {
+    gguf::Writer writer(file.alignment());
+    for (const gguf::KeyValue& kv : file.metadata())
+      if (copied_key(kv.key)) writer.add(kv.key, kv.value);
+    writer.add_uint32("general.quantization_version", kQuantizationVersion);
+    writer.add_uint32("general.file_type", recipe.file_type);
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const gguf::TensorInfo& t = file.tensors()[plans[k].index];
+      writer.add_tensor(t.name, written[k].type, t.shape, written[k].bytes);
+    }
+    try {
+      writer.write(temp.path());
+    } catch (const Error& e) {
+      fail(e.code(), "quantize: cannot write '{}': {}", output, e.what());
+    }
+    std::error_code ec;
+    report.file_bytes = fs::file_size(temp.path(), ec);
+  };
+  totals();
+  write_output();
 
-  try {
-    writer.write(temp.path());
-  } catch (const Error& e) {
-    fail(e.code(), "quantize: cannot write '{}': {}", output, e.what());
-  }
-  std::error_code ec;
-  report.file_bytes = fs::file_size(temp.path(), ec);
-  if (!eval_text.empty()) {
+  if (!eval_text.empty() || !held_tokens.empty()) {
     // Both models through ember's own forward pass, one after the other.
     const auto eval = [&](const fs::path& path, int which) {
       ModelOptions model_options;
@@ -415,17 +579,40 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
       eval_options.on_chunk = [&](int64_t c, int64_t n, double) {
         if (options.on_eval) options.on_eval(which, c, n);
       };
-      return perplexity(*model, std::string_view(eval_text), eval_options);
+      return eval_text.empty() ? perplexity(*model, held_tokens, eval_options)
+                               : perplexity(*model, std::string_view(eval_text), eval_options);
     };
-    const PerplexityResult before = eval(input, 0), after = eval(temp.path(), 1);
+    const PerplexityResult before = eval(input, 0);
     report.ppl_before = before.perplexity;
     report.ppl_before_error = before.error;
-    report.ppl_after = after.perplexity;
-    report.ppl_after_error = after.error;
-    report.eval_scored = after.scored;
-    if (options.max_ppl_rise > 0 && after.perplexity > before.perplexity * (1.0 + options.max_ppl_rise)) {
-      report.rejected = true;   // the temporary is removed by its destructor
-      return report;
+    const auto measure_after = [&] {
+      const PerplexityResult after = eval(temp.path(), 1);
+      report.ppl_after = after.perplexity;
+      report.ppl_after_error = after.error;
+      report.eval_scored = after.scored;
+    };
+    measure_after();
+    report.ppl_first = report.ppl_after;
+    report.max_ppl_rise = options.max_ppl_rise;
+    const auto holds = [&] {
+      return options.max_ppl_rise == 0 || report.ppl_after <= report.ppl_before * (1.0 + options.max_ppl_rise);
+    };
+    if (!holds()) {
+      report.rejected = !raise_until_holds(file, plans, kl, options, report, [&](size_t k, DType type) {
+        quantize_into(k, type, false);
+        QuantizedTensor& q = report.tensors[k];
+        if (q.raised_from.empty()) q.raised_from = q.type_out;
+        q.type_out = quant::type_name(type);
+        q.gptq = false;
+        q.bytes_out = written[k].bytes.size();
+        q.relative_error = written[k].sums.norm2 > 0 ? std::sqrt(written[k].sums.error2 / written[k].sums.norm2) : 0.0;
+      }, [&] {
+        totals();
+        write_output();
+        measure_after();
+        return holds();
+      });
+      if (report.rejected) return report;   // the temporary is removed by its destructor
     }
   }
   temp.commit();

@@ -317,9 +317,17 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " --type Q4_0 --method awq", "--method awq needs --calib FILE"},
       {"quantize " + in + " " + out + " --type Q4_0 --method awq --calib x.txt --damp 0.1", "--damp is used by --method gptq only"},
       {"quantize " + in + " " + out + " --type Q4_0 --method spqr --calib x.txt", "unknown method 'spqr'"},
-      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt", "--calib is used by --method gptq and awq, --budget and --bpw only"},
-      {"quantize " + in + " " + out + " --type Q4_0 --max-ppl-rise 5%", "need --eval FILE"},
+      {"quantize " + in + " " + out + " --type Q4_0 --max-ppl-rise 5%", "need --eval FILE or --calib FILE"},
+      {"quantize " + in + " " + out + " --type Q4_0 --eval-ctx 64", "need --eval FILE or --calib FILE"},
       {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --max-ppl-rise lots", "--max-ppl-rise must be"},
+      {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --max-ppl-rise -1%", "--max-ppl-rise must be"},
+      {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --no-gate --max-ppl-rise 5%", "--no-gate excludes"},
+      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt --no-gate --gate-step 2", "--no-gate excludes"},
+      {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --gate-step 0", "--gate-step"},
+      {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --gate-rounds 0", "--gate-rounds"},
+      {"quantize " + in + " " + out + " --type Q4_0 --sensitivity kl", "--sensitivity kl needs --calib FILE"},
+      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt --sensitivity fisher", "unknown sensitivity 'fisher'"},
+      {"quantize " + in + " " + out + " --type Q4_0 --calib x.txt --no-gate", "with --no-gate nothing here reads it"},
       {"quantize " + in + " " + out + " --type Q4_0 --eval x.txt --eval-ctx 4", "--eval-ctx"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --samples 0", "--samples"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --damp -1", "--damp must be > 0"},
@@ -363,4 +371,42 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
   CHECK_THAT(ok.out, Catch::Matchers::Contains("general.file_type 15"));
   CHECK(std::filesystem::file_size(out) == 2010784);   // llama-quantize's Q4_K_M of the same file
   std::filesystem::remove(out);
+}
+
+TEST_CASE("ember quantize: the gate on a held-out calibration tail raises tensors, or fails with exit 1", "[cli]") {
+  const std::string in = quote(ember::test::golden_dir() / "llama-F16.gguf");
+  const std::string out = "/tmp/ember_cli_gate_out.gguf", calib = "/tmp/ember_cli_gate_calib.txt";
+  {
+    std::ofstream text(calib);
+    for (int i = 0; i < 60; ++i)
+      text << "Section " << i << ". The harbour master logged " << i * 11 % 17 << " ships before noon, and the "
+           << "weather station reported a light westerly wind with scattered showers over the northern hills.\n";
+  }
+  std::filesystem::remove(out);
+  // A Q4_0 rise of this random model is far above 1 %: rounds until it holds.
+  const Run gated = run_cli("quantize " + in + " " + out + " --type Q4_0 --calib " + calib +
+                            " --eval-ctx 64 --max-ppl-rise 1% --sensitivity kl -t 2");
+  INFO(gated.out);
+  CHECK(gated.code == 0);
+  CHECK_THAT(gated.out, Catch::Matchers::Contains("sensitivity (KL divergence"));
+  CHECK_THAT(gated.out, Catch::Matchers::Contains("perplexity of the held-out last"));
+  CHECK_THAT(gated.out, Catch::Matchers::Contains("ember quantize: gate round 1: raised"));
+  CHECK_THAT(gated.out, Catch::Matchers::Contains("Q4_0 -> Q8_0 (ranked by KL"));
+  CHECK(std::filesystem::exists(out));
+  std::filesystem::remove(out);
+  // One round of one tensor cannot meet 0.0001 %: nothing written, exit 1.
+  const Run failed = run_cli("quantize " + in + " " + out + " --type Q4_0 --calib " + calib +
+                             " --eval-ctx 64 --max-ppl-rise 0.0001% --gate-step 1 --gate-rounds 1 -t 2");
+  INFO(failed.out);
+  CHECK(failed.code == 1);
+  CHECK_THAT(failed.out, Catch::Matchers::Contains("after 1 rounds (--gate-rounds)"));
+  CHECK_THAT(failed.out, Catch::Matchers::Contains("was not written"));
+  CHECK_FALSE(std::filesystem::exists(out));
+  // --no-gate: written without any evaluation (the calibration text serves the mixture).
+  const Run off = run_cli("quantize " + in + " " + out + " --type Q4_0 --calib " + calib + " --samples 8 --bpw 6 --no-gate -t 2");
+  CHECK(off.code == 0);
+  CHECK_THAT(off.out, !Catch::Matchers::Contains("perplexity of"));
+  CHECK(std::filesystem::exists(out));
+  std::filesystem::remove(out);
+  std::filesystem::remove(calib);
 }

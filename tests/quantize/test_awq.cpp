@@ -238,7 +238,7 @@ TEST_CASE("quantize --method awq: bad input is a typed error and leaves no outpu
   fs::remove_all(dir);
 }
 
-TEST_CASE("quantize --eval reports both perplexities and --max-ppl-rise keeps a worse file out", "[quantize][eval]") {
+TEST_CASE("quantize --eval reports both perplexities; a lenient --max-ppl-rise changes nothing", "[quantize][eval]") {
   REQUIRE(fs::exists(llama_f16()));
   const fs::path dir = scratch("eval");
   write_text(dir / "eval.txt", 40);
@@ -274,14 +274,14 @@ TEST_CASE("quantize --eval reports both perplexities and --max-ppl-rise keeps a 
   INFO("perplexity " << first.ppl_before << " -> " << first.ppl_after);
   REQUIRE(rise > 0.0);   // Q4_0 of this model costs some perplexity on this text
 
+  // A limit above the rise lets the first file through unchanged (the gate's rounds:
+  // tests/quantize/test_gate.cpp).
   fs::remove(out);
-  options.max_ppl_rise = rise / 2;
-  const ember::QuantizeReport strict = ember::quantize_model(llama_f16().string(), out.string(), options);
-  CHECK(strict.rejected);
-  CHECK(strict.ppl_after == first.ppl_after);
-  CHECK_FALSE(fs::exists(out));
   options.max_ppl_rise = rise * 2;
-  CHECK_FALSE(ember::quantize_model(llama_f16().string(), out.string(), options).rejected);
+  const ember::QuantizeReport lenient = ember::quantize_model(llama_f16().string(), out.string(), options);
+  CHECK_FALSE(lenient.rejected);
+  CHECK(lenient.gate_rounds.empty());
+  CHECK(lenient.ppl_after == first.ppl_after);
   CHECK(fs::exists(out));
   for (const auto& e : fs::directory_iterator(dir))
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
