@@ -33,3 +33,14 @@ inline std::filesystem::path real_model_path() {
 }
 
 }  // namespace ember::test
+
+// Ends the current test case with a warning that names the missing input (the shared
+// golden files, say, when ../shared is not beside the checkout) instead of failing it.
+// For use inside a Catch2 TEST_CASE.
+#define EMBER_SKIP_IF_MISSING(input)                                                  \
+  do {                                                                                \
+    if (!std::filesystem::exists(input)) {                                            \
+      WARN("test input " << std::filesystem::path(input) << " not found; skipped"); \
+      return;                                                                         \
+    }                                                                                 \
+  } while (0)

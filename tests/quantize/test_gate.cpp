@@ -145,7 +145,7 @@ TEST_CASE("the gate's next wider type and its round order", "[quantize][gate]") 
 }
 
 TEST_CASE("the gate raises the most sensitive tensors until the perplexity rise holds", "[quantize][gate]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("raise");
   write_text(dir / "eval.txt", 40);
   const fs::path plain = dir / "plain.gguf", out = dir / "out.gguf";
@@ -218,7 +218,7 @@ TEST_CASE("the gate raises the most sensitive tensors until the perplexity rise 
 }
 
 TEST_CASE("a gate that cannot be met leaves no output and gives the figures", "[quantize][gate]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("fail");
   write_text(dir / "eval.txt", 40);
   const fs::path out = dir / "out.gguf";
@@ -258,7 +258,7 @@ TEST_CASE("a gate that cannot be met leaves no output and gives the figures", "[
 }
 
 TEST_CASE("without --eval the gate evaluates on the calibration text's held-out tail", "[quantize][gate]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("held");
   write_text(dir / "calib.txt", 60);
   const fs::path out = dir / "out.gguf";
@@ -319,7 +319,7 @@ TEST_CASE("without --eval the gate evaluates on the calibration text's held-out 
 }
 
 TEST_CASE("measured sensitivity ranks a deliberately fragile tensor first and keeps it widest", "[quantize][kl]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("kl");
   write_text(dir / "calib.txt", 60);
   // blk.1.attn_output with an outlier in every block (the model computes the same

@@ -395,7 +395,7 @@ ember::QuantizeOptions gptq_options(const fs::path& calib, int64_t samples, int6
 }  // namespace
 
 TEST_CASE("quantize --method gptq writes ordinary Q4_0 tensors for the calibrated projections", "[quantize][gptq]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("model");
   write_text(dir / "calib.txt", 40);
   ember::QuantizeOptions options = gptq_options(dir / "calib.txt", 1000, 64);
@@ -446,7 +446,7 @@ TEST_CASE("quantize --method gptq writes ordinary Q4_0 tensors for the calibrate
 
 TEST_CASE("quantize --type Q4_K_M --method gptq: GPTQ for the Q4_K tensors, round-to-nearest for the rest",
           "[quantize][gptq]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("q4_k_m");
   write_text(dir / "calib.txt", 40);
   ember::QuantizeOptions rtn_options;
@@ -491,7 +491,7 @@ TEST_CASE("quantize --type Q4_K_M --method gptq: GPTQ for the Q4_K tensors, roun
 }
 
 TEST_CASE("quantize --method gptq: bad input is a typed error and leaves no output", "[quantize][gptq]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("errors");
   const fs::path out = dir / "out.gguf";
   write_text(dir / "calib.txt", 40);

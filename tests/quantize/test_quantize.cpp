@@ -130,7 +130,7 @@ constexpr Case kCases[] = {
 }  // namespace
 
 TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("identity");
   for (const Case& c : kCases) {
     INFO(c.recorded);
@@ -155,7 +155,7 @@ TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize
 
 TEST_CASE("a BF16 source gives llama-quantize's file too", "[quantize]") {
   const fs::path in = ember::test::golden_dir() / "llama-BF16.gguf";
-  REQUIRE(fs::exists(in));
+  EMBER_SKIP_IF_MISSING(in);
   const fs::path dir = scratch("bf16");
   for (auto [recipe, name] : {std::pair{QuantRecipe::q4_k_m, "llama-bf16-Q4_K_M"}, std::pair{QuantRecipe::q5_1, "llama-bf16-Q5_1"}}) {
     INFO(name);
@@ -186,7 +186,7 @@ TEST_CASE("Gemma 3 270M: the whole file is llama-quantize's, for every recipe", 
 }
 
 TEST_CASE("Q4_K_M and Q5_K_M choose llama-quantize's type for every tensor", "[quantize]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const ember::gguf::File in = ember::gguf::File::open(llama_f16());
   std::vector<ember::quantize::TensorShape> shapes;
   for (size_t i = 0; i < in.tensors().size(); ++i)
@@ -268,7 +268,7 @@ TEST_CASE("the searched K quantizers are more accurate than lib/quant's nearest 
 }
 
 TEST_CASE("the report, metadata and progress of a quantized file", "[quantize]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("report");
   const fs::path out = dir / "out.gguf";
   ember::QuantizeOptions options;
@@ -307,7 +307,7 @@ TEST_CASE("the report, metadata and progress of a quantized file", "[quantize]")
 
 TEST_CASE("quantizing an already quantized file warns", "[quantize]") {
   const fs::path in = ember::test::golden_dir() / "gemma3-Q8_0.gguf";
-  REQUIRE(fs::exists(in));
+  EMBER_SKIP_IF_MISSING(in);
   const fs::path dir = scratch("requant");
   const ember::QuantizeReport report = quantize(in, dir / "out.gguf", QuantRecipe::q4_0);
   REQUIRE(report.warnings.size() == 1);
@@ -320,7 +320,7 @@ TEST_CASE("quantizing an already quantized file warns", "[quantize]") {
 }
 
 TEST_CASE("bad input is a typed error and leaves no output", "[quantize]") {
-  REQUIRE(fs::exists(llama_f16()));
+  EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("errors");
   const fs::path out = dir / "out.gguf";
   std::ifstream src(llama_f16(), std::ios::binary);
