@@ -452,3 +452,57 @@ TEST_CASE("op kernels: the f32 GEMMs match a double-precision product at every l
         }
   }
 }
+
+TEST_CASE("op kernels: few-row f32 GEMMs sum each element alike whatever the shape", "[kernels]") {
+  // Batch-invariant attention (speculative verification, the Engine; SumOrder::batch_invariant)
+  // scores one query token's heads (a few rows) against tiles whose width depends on which
+  // other cells the step holds, and multiplies probabilities that are zero for cells it must
+  // not see. A score or output element must not change with the tile's width, the number of
+  // rows, or zero-probability terms after it: the same bits as the product of its row and
+  // column alone. Depths are head sizes (multiples of 16), widths odd and even.
+  const int rows[] = {1, 2, 3, 4, 5, 8, 16};
+  const int widths[] = {1, 5, 16, 17, 37, 64};
+  const int depths[] = {64, 128, 256};
+  const std::vector<float> a_values = ember::test::random_values(16 * 256, 31);
+  const std::vector<float> b_values = ember::test::random_values(80 * 256, 32);
+  constexpr float kAlpha = 0.0625f;
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& ops = cpu::op_kernels(isa);
+    for (const int m : rows)
+      for (const int k : depths) {
+        INFO(cpu::isa_name(isa) << " m " << m << " k " << k);
+        // gemm_nt: every score equals the 1 x 1 product of its query row and key row.
+        for (const int n : widths) {
+          std::vector<float> c(size_t(m) * n), one(1);
+          ops.gemm_nt(m, n, k, a_values.data(), k, b_values.data(), k, c.data(), n, kAlpha);
+          int64_t differ = 0;
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              ops.gemm_nt(1, 1, k, a_values.data() + size_t(i) * k, k, b_values.data() + size_t(j) * k, k, one.data(),
+                          1, kAlpha);
+              differ += bits(one[0]) != bits(c[size_t(i) * n + j]);
+            }
+          INFO("gemm_nt n " << n);
+          CHECK(differ == 0);
+        }
+        // gemm_nn: m probability rows over `cells` value rows of width k; each output row
+        // equals its 1-row product, and zero probabilities after the cells change nothing.
+        for (const int cells : {5, 37, 64}) {
+          const int padded = cells + 11;
+          std::vector<float> p(size_t(m) * padded, 0.0f);
+          for (int i = 0; i < m; ++i)
+            for (int t = 0; t < cells; ++t) p[size_t(i) * padded + t] = std::abs(a_values[size_t(i) * 256 + t]);
+          std::vector<float> out(size_t(m) * size_t(k)), out_padded(size_t(m) * size_t(k)), row(static_cast<size_t>(k));
+          ops.gemm_nn(m, k, cells, p.data(), padded, b_values.data(), k, out.data(), k);
+          ops.gemm_nn(m, k, padded, p.data(), padded, b_values.data(), k, out_padded.data(), k);
+          INFO("gemm_nn cells " << cells);
+          CHECK(bit_mismatches(out, out_padded) == 0);
+          for (int i = 0; i < m; ++i) {
+            ops.gemm_nn(1, k, cells, p.data() + size_t(i) * padded, padded, b_values.data(), k, row.data(), k);
+            CHECK(bit_mismatches(row, std::vector<float>(out.begin() + int64_t(i) * k,
+                                                         out.begin() + int64_t(i + 1) * k)) == 0);
+          }
+        }
+      }
+  }
+}
