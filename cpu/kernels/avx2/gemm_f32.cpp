@@ -33,48 +33,72 @@ inline float reduce8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
 }
 
-// k a multiple of 8.
-void gemm_nt_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
-                   float alpha) {
-  for (int i = 0; i < m; ++i) {
-    const float* q = a + size_t(i) * lda;
-    for (int j = 0; j < n; ++j) {
-      const float* key = b + size_t(j) * ldb;
-      __m256 acc = _mm256_setzero_ps();
-      for (int t = 0; t < k; t += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(key + t), acc);
-      c[size_t(i) * ldc + j] = alpha * reduce8(acc);
+// Keys j0 .. j0 + NK - 1 against rows i0 .. i0 + NR - 1; k a multiple of 8. Each
+// element has its own accumulator, so its sum does not depend on NR or NK.
+template <int NR, int NK>
+inline void nt_tile(int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float alpha) {
+  __m256 acc[NR][NK];
+  for (int r = 0; r < NR; ++r)
+    for (int x = 0; x < NK; ++x) acc[r][x] = _mm256_setzero_ps();
+  for (int t = 0; t < k; t += 8) {
+    __m256 kv[NK];
+    for (int x = 0; x < NK; ++x) kv[x] = _mm256_loadu_ps(b + size_t(x) * ldb + t);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 qv = _mm256_loadu_ps(a + size_t(r) * lda + t);
+      for (int x = 0; x < NK; ++x) acc[r][x] = _mm256_fmadd_ps(qv, kv[x], acc[r][x]);
     }
   }
+  for (int r = 0; r < NR; ++r)
+    for (int x = 0; x < NK; ++x) c[size_t(r) * ldc + x] = alpha * reduce8(acc[r][x]);
 }
 
-// n a multiple of 8; four column vectors at a time, then one.
-void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
-  for (int i = 0; i < m; ++i) {
-    const float* p = a + size_t(i) * lda;
-    float* out = c + size_t(i) * ldc;
-    int j = 0;
-    for (; j + 32 <= n; j += 32) {
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-      for (int t = 0; t < k; ++t) {
-        const __m256 w = _mm256_set1_ps(p[t]);
-        const float* v = b + size_t(t) * ldb + j;
-        acc0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v), acc0);
-        acc1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8), acc1);
-        acc2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 16), acc2);
-        acc3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 24), acc3);
-      }
-      _mm256_storeu_ps(out + j, acc0);
-      _mm256_storeu_ps(out + j + 8, acc1);
-      _mm256_storeu_ps(out + j + 16, acc2);
-      _mm256_storeu_ps(out + j + 24, acc3);
-    }
-    for (; j < n; j += 8) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int t = 0; t < k; ++t)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(b + size_t(t) * ldb + j), acc);
-      _mm256_storeu_ps(out + j, acc);
+template <int NR>
+inline void nt_rows(int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float alpha) {
+  int j = 0;
+  for (; j + 4 <= n; j += 4) nt_tile<NR, 4>(k, a, lda, b + size_t(j) * ldb, ldb, c + j, ldc, alpha);
+  for (; j < n; ++j) nt_tile<NR, 1>(k, a, lda, b + size_t(j) * ldb, ldb, c + j, ldc, alpha);
+}
+
+// k a multiple of 8: tiles of 2 query rows x 4 keys (8 accumulators, the key rows
+// loaded once for both query rows).
+void gemm_nt_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
+                   float alpha) {
+  int i = 0;
+  for (; i + 2 <= m; i += 2) nt_rows<2>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc, alpha);
+  if (i < m) nt_rows<1>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc, alpha);
+}
+
+// Columns j0 .. j0 + 8 NC - 1 of rows i0 .. i0 + NR - 1: one FMA chain over k per
+// element, from zero, whatever NR and NC (the value rows loaded once for the NR rows).
+template <int NR, int NC>
+inline void nn_tile(int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  __m256 acc[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int x = 0; x < NC; ++x) acc[r][x] = _mm256_setzero_ps();
+  for (int t = 0; t < k; ++t) {
+    __m256 v[NC];
+    for (int x = 0; x < NC; ++x) v[x] = _mm256_loadu_ps(b + size_t(t) * ldb + 8 * x);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 w = _mm256_set1_ps(a[size_t(r) * lda + t]);
+      for (int x = 0; x < NC; ++x) acc[r][x] = _mm256_fmadd_ps(w, v[x], acc[r][x]);
     }
   }
+  for (int r = 0; r < NR; ++r)
+    for (int x = 0; x < NC; ++x) _mm256_storeu_ps(c + size_t(r) * ldc + 8 * x, acc[r][x]);
+}
+
+template <int NR>
+inline void nn_rows(int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  int j = 0;
+  for (; j + 32 <= n; j += 32) nn_tile<NR, 4>(k, a, lda, b + j, ldb, c + j, ldc);
+  for (; j < n; j += 8) nn_tile<NR, 1>(k, a, lda, b + j, ldb, c + j, ldc);
+}
+
+// n a multiple of 8: tiles of 2 rows x 32 columns.
+void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  int i = 0;
+  for (; i + 2 <= m; i += 2) nn_rows<2>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc);
+  if (i < m) nn_rows<1>(n, k, a + size_t(i) * lda, lda, b, ldb, c + size_t(i) * ldc, ldc);
 }
 
 }  // namespace
