@@ -18,7 +18,9 @@ void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b,
 }  // namespace avx512
 
 namespace avx2 {
-// Eigen's products (kernels/avx2/gemm_f32.cpp); the AVX-512 level's for more rows.
+// Few rows (m <= kSmallRows): fixed-order kernels, each element summed alike whatever
+// the shape (batch-invariant attention); more rows: Eigen's products, which the
+// AVX-512 level uses for more rows too (kernels/avx2/gemm_f32.cpp).
 // C[m][n] = alpha * sum_k A[i][k] * B[j][k]   (A times B transposed)
 void gemm_nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float alpha);
 // C[m][n] = sum_k A[i][k] * B[k][j]

@@ -100,7 +100,8 @@ op_signature::Gemm16 gemm16;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
 op_signature::PvF16 pv_f16;
-// gemm_nt, gemm_nn: Eigen's, in cpu/kernels/avx2/gemm_f32.cpp (cpu/kernels/gemm_f32.hpp).
+// gemm_nt, gemm_nn: cpu/kernels/avx2/gemm_f32.cpp (cpu/kernels/gemm_f32.hpp): fixed-order
+// kernels for few rows, Eigen's products for more.
 }  // namespace avx2
 
 namespace avx512 {
