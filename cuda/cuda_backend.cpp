@@ -2,14 +2,22 @@
 
 #include "common/fail.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/ops/ops.hpp"
 
 namespace ember::cuda {
-namespace {
 
 void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear a non-sticky error so the next call does not report it again
     fail(ErrorCode::backend, "CUDA error in {}: {} ({})", what, cudaGetErrorName(status), cudaGetErrorString(status));
+  }
 }
+
+void unsupported_type(const char* op, quant::DType type) {
+  fail(ErrorCode::unsupported, "the CUDA backend has no {} kernel for {} tensors", op, quant::type_name(type));
+}
+
+namespace {
 
 class DeviceBuffer final : public backend::Buffer {
  public:
@@ -28,10 +36,6 @@ class DeviceBuffer final : public backend::Buffer {
   void* data_ = nullptr;
   size_t size_;
 };
-
-std::byte* device_ptr(const backend::Tensor& t) {
-  return static_cast<std::byte*>(t.buffer->device_data()) + t.offset;
-}
 
 class CudaBackend final : public backend::Backend {
  public:
@@ -57,7 +61,9 @@ class CudaBackend final : public backend::Backend {
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
-  void get_rows(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("get_rows"); }
+  void get_rows(const backend::Tensor& table, const backend::Tensor& ids, const backend::Tensor& out) override {
+    cuda::get_rows(stream_, table, ids, out);
+  }
   void matmul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("matmul"); }
   void add(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("add"); }
   void mul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("mul"); }

@@ -1,6 +1,7 @@
-// The CUDA backend (NVIDIA GPUs). At this stage it owns device memory and moves
-// data; its ops are not implemented yet and report ErrorCode::unsupported, so a
-// host asking for Device::cuda gets a clear error instead of wrong results.
+// The CUDA backend (NVIDIA GPUs). At this stage it owns device memory, moves data and
+// runs get_rows (cuda/ops/); its other ops are not implemented yet and report
+// ErrorCode::unsupported, so a host asking for Device::cuda gets a clear error
+// instead of wrong results.
 #pragma once
 
 #include <memory>

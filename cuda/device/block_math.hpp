@@ -1,0 +1,206 @@
+// Block arithmetic of the weight formats for the CUDA kernels, written once for host
+// and device (issue 16, point 3): every function is __host__ __device__ under nvcc and
+// plain inline C++ under the host compiler, so the ordinary test suite checks each one
+// against lib/quant on machines without a GPU (tests/cuda/test_block_math.cpp), and a
+// numeric mistake shows up there rather than only on a device.
+//
+// Values are computed with the reference's roundings (lib/quant/*.cpp): where the
+// reference rounds a product before adding (quant::mul_then_add), so does mul_rn here;
+// nvcc would otherwise contract `a * b + c` into one FMA and change the last bit.
+// Blocks are read byte by byte (little-endian), so no alignment is assumed.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define EMBER_HD __host__ __device__ __forceinline__
+#else
+#define EMBER_HD inline
+#endif
+
+namespace ember::cuda::dev {
+
+EMBER_HD float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+EMBER_HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, sizeof bits);
+  return bits;
+#endif
+}
+
+// x * y rounded to float, never fused with what follows.
+EMBER_HD float mul_rn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(x, y);
+#else
+  volatile float product = x * y;
+  return product;
+#endif
+}
+
+EMBER_HD uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+EMBER_HD uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// IEEE half -> float, exact (subnormals, infinities and NaN payloads kept).
+EMBER_HD float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    if (mantissa == 0) return bits_to_float(sign);
+    const float value = float(mantissa) * (1.0f / 16777216.0f);  // mantissa * 2^-24, exact
+    return sign ? -value : value;
+  }
+  if (exponent == 31) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
+  return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+// float -> IEEE half, rounded to nearest even (overflow to infinity, NaN stays NaN).
+EMBER_HD uint16_t float_to_half(float f) {
+  const uint32_t bits = float_to_bits(f);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);
+  if (abs < 0x38800000u) {  // a half subnormal or zero
+    if (abs < 0x33000000u) return uint16_t(sign);
+    const uint32_t shift = 126 - (abs >> 23);
+    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t rest = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    uint32_t value = mantissa >> shift;
+    if (rest > half || (rest == half && (value & 1u))) ++value;
+    return uint16_t(sign | value);
+  }
+  const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+EMBER_HD float bf16_to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
+EMBER_HD float half_at(const uint8_t* p) { return half_to_float(load_u16(p)); }
+
+// ---- 32-value blocks: value i (0..31) of the block at b ----
+
+// Low nibble of byte i for values 0..15, high nibble of byte i - 16 for 16..31.
+EMBER_HD int nibble32(const uint8_t* qs, int i) { return i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4); }
+
+constexpr int kQ4_0Bytes = 18, kQ4_1Bytes = 20, kQ5_0Bytes = 22, kQ5_1Bytes = 24, kQ8_0Bytes = 34;
+
+EMBER_HD float q4_0_value(const uint8_t* b, int i) { return float(nibble32(b + 2, i) - 8) * half_at(b); }
+
+EMBER_HD float q4_1_value(const uint8_t* b, int i) {
+  return mul_rn(float(nibble32(b + 4, i)), half_at(b)) + half_at(b + 2);
+}
+
+EMBER_HD int q5_code(const uint8_t* qh, const uint8_t* qs, int i) {
+  return nibble32(qs, i) | int((load_u32(qh) >> i) & 1u) << 4;
+}
+
+EMBER_HD float q5_0_value(const uint8_t* b, int i) { return float(q5_code(b + 2, b + 6, i) - 16) * half_at(b); }
+
+EMBER_HD float q5_1_value(const uint8_t* b, int i) {
+  return mul_rn(float(q5_code(b + 4, b + 8, i)), half_at(b)) + half_at(b + 2);
+}
+
+EMBER_HD float q8_0_value(const uint8_t* b, int i) { return half_at(b) * float(int8_t(b[2 + i])); }
+
+// ---- 256-value super-blocks: value i (0..255) ----
+
+constexpr int kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
+
+// 6-bit scale (or, with `min`, minimum) of sub-block j of a Q4_K/Q5_K block's 12 bytes.
+EMBER_HD int k_scale(const uint8_t* s, int j, bool min) {
+  const int o = min ? 4 : 0;
+  if (j < 4) return s[j + o] & 63;
+  const int low = min ? (s[j + 4] >> 4) : (s[j + 4] & 15);
+  return low | ((s[j - 4 + o] >> 6) << 4);
+}
+
+// x = d * sc[j] * q - dmin * mn[j], each product rounded (the reference's order).
+EMBER_HD float k_value(const uint8_t* b, int j, int q) {
+  const float scale = half_at(b) * float(k_scale(b + 4, j, false));
+  const float offset = mul_rn(half_at(b + 2), float(k_scale(b + 4, j, true)));
+  return mul_rn(scale, float(q)) + -offset;
+}
+
+EMBER_HD float q4_k_value(const uint8_t* b, int i) {
+  const int j = i / 32, l = i % 32;
+  return k_value(b, j, (b[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15);
+}
+
+EMBER_HD float q5_k_value(const uint8_t* b, int i) {
+  const int j = i / 32, l = i % 32;
+  const int low = (b[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+  return k_value(b, j, low | ((b[16 + l] >> j) & 1) << 4);
+}
+
+EMBER_HD float q6_k_value(const uint8_t* b, int i) {
+  const uint8_t *ql = b, *qh = b + 128;
+  const int h = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+  const uint8_t low_byte = ql[64 * h + l + 32 * (quarter & 1)];
+  const int low = quarter < 2 ? (low_byte & 15) : (low_byte >> 4);
+  const int code = low | ((qh[32 * h + l] >> (2 * quarter)) & 3) << 4;
+  const float scale = mul_rn(half_at(b + 208), float(int8_t(b[192 + i / 16])));
+  return scale * float(code - 32);
+}
+
+// ---- online softmax (flash attention's running state for one query row) ----
+
+EMBER_HD float exp_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+constexpr uint32_t kNegInfBits = 0xff800000u;
+
+// Running maximum and sum of exp(score - max) over the scores seen so far.
+struct SoftmaxState {
+  float max;
+  float sum;
+};
+
+EMBER_HD SoftmaxState softmax_start() { return {bits_to_float(kNegInfBits), 0.0f}; }
+
+// Takes one more score (-inf: a masked cell, weight 0) into the state. Returns the
+// factor by which the values accumulated so far must be multiplied and sets *weight to
+// the new score's weight, both relative to the new maximum.
+EMBER_HD float softmax_push(SoftmaxState& s, float score, float* weight) {
+  if (score <= s.max) {
+    *weight = float_to_bits(score) == kNegInfBits ? 0.0f : exp_f(score - s.max);
+    s.sum += *weight;
+    return 1.0f;
+  }
+  const float rescale = float_to_bits(s.max) == kNegInfBits ? 0.0f : exp_f(s.max - score);
+  s.sum = s.sum * rescale + 1.0f;
+  s.max = score;
+  *weight = 1.0f;
+  return rescale;
+}
+
+// Merges the states of two disjoint key ranges (split-K); *scale_a and *scale_b are the
+// factors for each part's accumulated values (0 for a part that saw only masked cells).
+EMBER_HD SoftmaxState softmax_merge(SoftmaxState a, SoftmaxState b, float* scale_a, float* scale_b) {
+  const float m = a.max > b.max ? a.max : b.max;
+  *scale_a = float_to_bits(a.max) == kNegInfBits ? 0.0f : exp_f(a.max - m);
+  *scale_b = float_to_bits(b.max) == kNegInfBits ? 0.0f : exp_f(b.max - m);
+  return {m, a.sum * *scale_a + b.sum * *scale_b};
+}
+
+}  // namespace ember::cuda::dev

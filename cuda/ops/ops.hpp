@@ -1,0 +1,30 @@
+// Launchers of the CUDA kernels (one file per op family under cuda/ops/), called by
+// the backend (cuda/cuda_backend.cpp) after ops::<op>() has checked types and shapes.
+// Each enqueues on `stream` and returns without waiting; launch failures throw
+// ember::Error with CUDA's message.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/tensor.hpp"
+
+namespace ember::cuda {
+
+// Throws ErrorCode::backend naming `what` when `status` is not cudaSuccess.
+void check(cudaError_t status, const char* what);
+
+// Throws ErrorCode::unsupported: `op` has no kernel for tensors of `type`. (Defined in
+// cuda_backend.cpp: fmt's compile-time format checks do not build under nvcc.)
+[[noreturn]] void unsupported_type(const char* op, quant::DType type);
+
+// Device address of a tensor's first byte.
+inline std::byte* device_ptr(const backend::Tensor& t) {
+  return static_cast<std::byte*>(t.buffer->device_data()) + t.offset;
+}
+
+// out[i] = dequantize(table[ids[i]]), bit-identical to quant::dequantize_row
+// (cuda/device/block_math.hpp). Every type ember reads (F32, F16, BF16, block formats).
+void get_rows(cudaStream_t stream, const backend::Tensor& table, const backend::Tensor& ids,
+              const backend::Tensor& out);
+
+}  // namespace ember::cuda

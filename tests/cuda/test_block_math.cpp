@@ -1,0 +1,154 @@
+// cuda/device/block_math.hpp on the host: the CUDA kernels' block arithmetic against
+// lib/quant's reference (bit for bit) and the online softmax against a two-pass
+// softmax. Runs everywhere, GPU or not.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "common/fp16.hpp"
+#include "cuda/device/block_math.hpp"
+#include "quant/quant.hpp"
+
+namespace dev = ember::cuda::dev;
+namespace quant = ember::quant;
+using quant::DType;
+
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Equal bits, or both NaN (random blocks can hold NaN scales).
+bool same(float a, float b) { return bits(a) == bits(b) || (std::isnan(a) && std::isnan(b)); }
+
+using ValueFn = float (*)(const uint8_t*, int);
+struct Format {
+  DType type;
+  int values;  // per block
+  int bytes;   // per block
+  ValueFn value;
+};
+const Format kFormats[] = {
+    {DType::q4_0, 32, dev::kQ4_0Bytes, dev::q4_0_value}, {DType::q4_1, 32, dev::kQ4_1Bytes, dev::q4_1_value},
+    {DType::q5_0, 32, dev::kQ5_0Bytes, dev::q5_0_value}, {DType::q5_1, 32, dev::kQ5_1Bytes, dev::q5_1_value},
+    {DType::q8_0, 32, dev::kQ8_0Bytes, dev::q8_0_value}, {DType::q4_k, 256, dev::kQ4_KBytes, dev::q4_k_value},
+    {DType::q5_k, 256, dev::kQ5_KBytes, dev::q5_k_value}, {DType::q6_k, 256, dev::kQ6_KBytes, dev::q6_k_value},
+};
+
+// Mismatches between the per-value device function and quant::dequantize_row over a row.
+int mismatches(const Format& f, const std::vector<uint8_t>& row, int64_t n) {
+  std::vector<float> ref(size_t(n), 0.0f);
+  quant::dequantize_row(f.type, row.data(), ref.data(), n);
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = f.value(row.data() + (i / f.values) * f.bytes, int(i % f.values));
+    if (!same(v, ref[size_t(i)])) ++bad;
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("device half and bfloat16 conversions equal the reference bit for bit", "[cuda_math]") {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    if (!same(dev::half_to_float(uint16_t(h)), ember::fp16_to_fp32(uint16_t(h)))) ++bad;
+    if (!same(dev::bf16_to_float(uint16_t(h)), ember::bf16_to_fp32(uint16_t(h)))) ++bad;
+  }
+  CHECK(bad == 0);
+
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> any;
+  std::vector<float> cases = {0.0f, -0.0f, 65504.0f, 65520.0f, -65519.9f, 6.1035156e-05f, 5.9604645e-08f,
+                              2.9802322e-08f, 2.9802326e-08f, 1e-10f, INFINITY, -INFINITY, NAN};
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t b = any(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    cases.push_back(f);
+    cases.push_back(std::ldexp(float(i % 2048) / 2048.0f + 1.0f, i % 40 - 30));  // the half range, densely
+  }
+  bad = 0;
+  for (float f : cases)
+    if (dev::float_to_half(f) != ember::fp32_to_fp16(f)) ++bad;
+  CHECK(bad == 0);
+}
+
+TEST_CASE("device block values equal quant::dequantize_row bit for bit", "[cuda_math]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (const Format& f : kFormats) {
+    INFO(quant::type_name(f.type));
+    const int64_t n = 1024;
+    REQUIRE(quant::row_bytes(f.type, n) == size_t(n / f.values * f.bytes));
+    // Quantized from normal values (with a few large ones), as real weights are.
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = normal(rng) * (byte(rng) == 0 ? 40.0f : 1.0f);
+    std::vector<uint8_t> row(quant::row_bytes(f.type, n));
+    quant::quantize_row(f.type, x.data(), row.data(), n);
+    CHECK(mismatches(f, row, n) == 0);
+    // Arbitrary bytes: every code, every scale bit pattern (subnormal, negative, NaN).
+    for (int round = 0; round < 20; ++round) {
+      for (uint8_t& b : row) b = uint8_t(byte(rng));
+      CHECK(mismatches(f, row, n) == 0);
+    }
+  }
+}
+
+TEST_CASE("online softmax and its split-K merge agree with a two-pass softmax", "[cuda_math]") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (int len : {1, 2, 7, 64, 333}) {
+    std::vector<float> scores(static_cast<size_t>(len)), values(static_cast<size_t>(len));
+    for (int i = 0; i < len; ++i) {
+      scores[size_t(i)] = (i % 5 == 3) ? -INFINITY : normal(rng);  // some masked cells
+      values[size_t(i)] = normal(rng);
+    }
+    if (len == 1) scores[0] = 2.5f;
+    // Two passes in double.
+    double m = -INFINITY, sum = 0.0, acc = 0.0;
+    for (float s : scores) m = std::max(m, double(s));
+    for (int i = 0; i < len; ++i) {
+      const double w = std::isinf(scores[size_t(i)]) ? 0.0 : std::exp(double(scores[size_t(i)]) - m);
+      sum += w;
+      acc += w * values[size_t(i)];
+    }
+    const double expected = acc / sum;
+
+    // One pass over [begin, end): the state and the weighted sum of values.
+    auto run = [&](int begin, int end, float& out) {
+      dev::SoftmaxState s = dev::softmax_start();
+      out = 0.0f;
+      for (int i = begin; i < end; ++i) {
+        float w;
+        const float rescale = dev::softmax_push(s, scores[size_t(i)], &w);
+        out = out * rescale + w * values[size_t(i)];
+      }
+      return s;
+    };
+    float whole;
+    const dev::SoftmaxState s = run(0, len, whole);
+    CHECK(std::fabs(whole / s.sum - expected) <= 1e-5 * (1.0 + std::fabs(expected)));
+    CHECK(std::fabs(s.max - m) == 0.0);
+
+    for (int split : {0, len / 3, len / 2, len}) {
+      float a, b, scale_a, scale_b;
+      const dev::SoftmaxState sa = run(0, split, a), sb = run(split, len, b);
+      const dev::SoftmaxState merged = dev::softmax_merge(sa, sb, &scale_a, &scale_b);
+      const float out = (a * scale_a + b * scale_b) / merged.sum;
+      CHECK(std::fabs(out - expected) <= 1e-5 * (1.0 + std::fabs(expected)));
+    }
+  }
+  // Only masked cells: no weight, no NaN.
+  dev::SoftmaxState s = dev::softmax_start();
+  float w = 1.0f;
+  CHECK(dev::softmax_push(s, -INFINITY, &w) == 1.0f);
+  CHECK(w == 0.0f);
+  CHECK(s.sum == 0.0f);
+}
