@@ -78,12 +78,14 @@ class CudaBackend final : public backend::Backend {
   void glu(const backend::Tensor&, const backend::Tensor&, backend::Activation, const backend::Tensor&) override {
     missing("glu");
   }
-  void kv_load(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("kv_load"); }
+  void kv_load(const backend::Tensor& cache, const backend::Tensor& slots, const backend::Tensor& out) override {
+    cuda::kv_load(stream_, cache, slots, out);
+  }
   void copy_rows(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override {
     missing("copy_rows");
   }
-  void kv_store(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override {
-    missing("kv_store");
+  void kv_store(const backend::Tensor& src, const backend::Tensor& cache, const backend::Tensor& slots) override {
+    cuda::kv_store(stream_, src, cache, slots);
   }
   void attention(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&,
                  const backend::AttentionParams&, const backend::Tensor&) override {

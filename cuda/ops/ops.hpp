@@ -27,4 +27,12 @@ inline std::byte* device_ptr(const backend::Tensor& t) {
 void get_rows(cudaStream_t stream, const backend::Tensor& table, const backend::Tensor& ids,
               const backend::Tensor& out);
 
+// cache[slots[t]] = convert(src[t]) and out[t] = decode(cache[slots[t]]) for F32, F16
+// and the quantized KV types, with the bytes and values of lib/quant/kv_formats.cpp
+// (cuda/device/kv_math.hpp).
+void kv_store(cudaStream_t stream, const backend::Tensor& src, const backend::Tensor& cache,
+              const backend::Tensor& slots);
+void kv_load(cudaStream_t stream, const backend::Tensor& cache, const backend::Tensor& slots,
+             const backend::Tensor& out);
+
 }  // namespace ember::cuda

@@ -1,6 +1,6 @@
-// cuda/device/block_math.hpp on the host: the CUDA kernels' block arithmetic against
-// lib/quant's reference (bit for bit) and the online softmax against a two-pass
-// softmax. Runs everywhere, GPU or not.
+// cuda/device/{block,kv}_math.hpp on the host: the CUDA kernels' weight-block and
+// KV-format arithmetic against lib/quant's reference (bit for bit) and the online
+// softmax against a two-pass softmax. Runs everywhere, GPU or not.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -9,6 +9,8 @@
 #include "common/catch.hpp"
 #include "common/fp16.hpp"
 #include "cuda/device/block_math.hpp"
+#include "cuda/device/kv_math.hpp"
+#include "quant/kv_formats.hpp"
 #include "quant/quant.hpp"
 
 namespace dev = ember::cuda::dev;
@@ -151,4 +153,87 @@ TEST_CASE("online softmax and its split-K merge agree with a two-pass softmax", 
   CHECK(dev::softmax_push(s, -INFINITY, &w) == 1.0f);
   CHECK(w == 0.0f);
   CHECK(s.sum == 0.0f);
+}
+
+namespace {
+
+// Groups of KV rows: Gaussian with a few large channels, an all-zero group, a constant
+// group, and one with a single huge value.
+std::vector<float> kv_rows(int group, int groups) {
+  std::mt19937 rng(static_cast<uint32_t>(group));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(group) * size_t(groups));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 37 == 5 ? 30.0f : 1.0f);
+  for (int j = 0; j < group; ++j) {
+    x[size_t(j)] = 0.0f;
+    x[size_t(group + j)] = 0.75f;
+    x[size_t(2 * group + j)] = j == 3 ? 5000.0f : 0.01f * float(j);
+  }
+  return x;
+}
+
+int differing_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += a[i] != b[i];
+  return bad;
+}
+
+int differing_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += !same(a[i], b[i]);
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("device KV quantizers and decoders equal lib/quant's bytes and values", "[cuda_math]") {
+  namespace kv = quant::kv;
+  for (int group : {32, 64}) {
+    INFO("G = " << group);
+    const int groups = 200;
+    const std::vector<float> x = kv_rows(group, groups);
+    const int64_t n = int64_t(x.size());
+
+    // INT8.
+    std::vector<uint8_t> ref(size_t(groups * dev::kv_q8_bytes(group))), ours(ref.size());
+    kv::quantize_q8(x.data(), ref.data(), n, group);
+    for (int g = 0; g < groups; ++g) dev::kv_q8_quantize(x.data() + g * group, ours.data() + g * dev::kv_q8_bytes(group), group);
+    CHECK(differing_bytes(ours, ref) == 0);
+    std::vector<float> want(x.size()), got(x.size());
+    kv::dequantize_q8(ref.data(), want.data(), n, group);
+    for (int64_t i = 0; i < n; ++i)
+      got[size_t(i)] = dev::kv_q8_value(ref.data() + (i / group) * dev::kv_q8_bytes(group), int(i % group));
+    CHECK(differing_floats(got, want) == 0);
+
+    // INT4: bytes, stored values, and the unrotated values.
+    ref.assign(size_t(groups * dev::kv_q4_bytes(group)), 0);
+    ours.assign(ref.size(), 0);
+    kv::quantize_q4(x.data(), ref.data(), n, group);
+    for (int g = 0; g < groups; ++g) {
+      uint8_t* b = ours.data() + g * dev::kv_q4_bytes(group);
+      dev::kv_q4_quantize(x.data() + g * group, b, b + 4, group);
+    }
+    CHECK(differing_bytes(ours, ref) == 0);
+    kv::decode_q4_stored(ref.data(), want.data(), n, group);
+    for (int64_t i = 0; i < n; ++i)
+      got[size_t(i)] = dev::kv_q4_stored(ref.data() + (i / group) * dev::kv_q4_bytes(group), int(i % group), group);
+    CHECK(differing_floats(got, want) == 0);
+    kv::dequantize_q4(ref.data(), want.data(), n, group);
+    for (int g = 0; g < groups; ++g) dev::unrotate_group(got.data() + g * group, group);
+    CHECK(differing_floats(got, want) == 0);
+
+    // INT4 with outliers.
+    ref.assign(size_t(groups * dev::kv_q4o_bytes(group)), 0);
+    ours.assign(ref.size(), 0);
+    kv::quantize_q4o(x.data(), ref.data(), n, group);
+    for (int g = 0; g < groups; ++g) dev::kv_q4o_quantize(x.data() + g * group, ours.data() + g * dev::kv_q4o_bytes(group), group);
+    CHECK(differing_bytes(ours, ref) == 0);
+    kv::decode_q4o_stored(ref.data(), want.data(), n, group);
+    for (int g = 0; g < groups; ++g) {
+      const uint8_t* b = ref.data() + g * dev::kv_q4o_bytes(group);
+      for (int j = 0; j < group; ++j) got[size_t(g * group + j)] = dev::kv_q4_stored(b + 3 * dev::kKvOutliers, j, group);
+      dev::kv_q4o_add_outliers(b, got.data() + g * group, group);
+    }
+    CHECK(differing_floats(got, want) == 0);
+  }
 }

@@ -1,5 +1,5 @@
-// The CUDA backend: device memory round trips, get_rows against the reference, and the
-// clear error of the ops not implemented yet. Skips (exit code 4) without a CUDA device.
+// The CUDA backend: device memory round trips, get_rows and kv_store/kv_load against
+// the reference, and the clear error of the ops not implemented yet. Skips (exit code 4) without a CUDA device.
 #define CATCH_CONFIG_RUNNER
 #include <cstdio>
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/ops/get_rows.hpp"
+#include "backend/ops/kv_store.hpp"
 #include "backend/ops/matmul.hpp"
 #include "common/catch.hpp"
 #include "cuda/cuda_backend.hpp"
@@ -85,5 +86,52 @@ TEST_CASE("CUDA get_rows equals quant::dequantize_row for every table type", "[c
       bad += std::memcmp(want.data(), got.data() + k * cols, cols * sizeof(float)) != 0;
     }
     CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("CUDA kv_store writes the reference bytes and kv_load decodes them", "[cuda]") {
+  using ember::quant::DType;
+  auto be = ember::cuda::make_cuda_backend();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t width = 256, cells = 40;
+  const std::vector<int32_t> slots = {3, 39, 0, 17, 5};
+  const int64_t n = int64_t(slots.size());
+  std::vector<float> src(size_t(n * width));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = normal(rng) * (i % 29 == 4 ? 25.0f : 1.0f);
+  for (DType type : {DType::f32, DType::f16, DType::kv_q8_g32, DType::kv_q8_g64, DType::kv_q4_g32, DType::kv_q4_g64,
+                     DType::kv_q4o_g32, DType::kv_q4o_g64}) {
+    INFO(ember::quant::type_name(type));
+    const size_t row_bytes = ember::quant::row_bytes(type, width);
+    auto src_buf = be->allocate(src.size() * sizeof(float));
+    auto cache_buf = be->allocate(row_bytes * cells);
+    auto slot_buf = be->allocate(slots.size() * sizeof(int32_t));
+    auto out_buf = be->allocate(src.size() * sizeof(float));
+    const auto s = ember::backend::make_tensor(*src_buf, 0, DType::f32, n, width);
+    const auto c = ember::backend::make_tensor(*cache_buf, 0, type, cells, width);
+    const auto i = ember::backend::make_tensor(*slot_buf, 0, DType::i32, n, 1);
+    const auto o = ember::backend::make_tensor(*out_buf, 0, DType::f32, n, width);
+    be->upload(s, src.data());
+    be->upload(i, slots.data());
+    std::vector<std::byte> cache(row_bytes * cells, std::byte{0x5a});
+    be->upload(c, cache.data());
+    ember::ops::kv_store(*be, s, c, i);
+    ember::ops::kv_load(*be, c, i, o);
+    be->download(c, cache.data());
+    std::vector<float> loaded(src.size());
+    be->download(o, loaded.data());
+    int bad_bytes = 0, bad_values = 0;
+    std::vector<std::byte> want(row_bytes);
+    std::vector<float> decoded(static_cast<size_t>(width));
+    for (int64_t t = 0; t < n; ++t) {
+      ember::quant::quantize_row(type, src.data() + t * width, want.data(), width);
+      bad_bytes += std::memcmp(want.data(), cache.data() + slots[size_t(t)] * row_bytes, row_bytes) != 0;
+      ember::quant::dequantize_row(type, want.data(), decoded.data(), width);
+      bad_values += std::memcmp(decoded.data(), loaded.data() + t * width, width * sizeof(float)) != 0;
+    }
+    CHECK(bad_bytes == 0);
+    CHECK(bad_values == 0);
+    // Cells not written keep their bytes.
+    CHECK(cache[1 * row_bytes] == std::byte{0x5a});
   }
 }
