@@ -158,6 +158,76 @@ EMBER_HD float q6_k_value(const uint8_t* b, int i) {
   return scale * float(code - 32);
 }
 
+// ---- activation quantizers of the matmul contract (lib/quant/q8_0.cpp, q8_1.cpp,
+// q8_k.cpp): the codes the CPU computes for the same activations ----
+
+constexpr int kQ8_1Bytes = 36, kQ8_KBytes = 292;
+
+EMBER_HD float round_even_f(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);
+#else
+  return std::nearbyint(v);
+#endif
+}
+// max of |x[0, n)| with NaN ignored (std::fmax's rule).
+EMBER_HD float abs_max(const float* x, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float a = x[i] < 0.0f ? -x[i] : x[i];
+    amax = a > amax ? a : amax;
+  }
+  return amax;
+}
+EMBER_HD void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v & 0xff);
+  p[1] = uint8_t(v >> 8);
+}
+
+// One block of 32: d = max|x| / 127 (f16), q = round_half_even(x * (127 / max|x|)).
+EMBER_HD void q8_0_quantize(const float* x, uint8_t* out) {
+  const float amax = abs_max(x, 32);
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  put_u16(out, float_to_half(amax / 127.0f));
+  for (int i = 0; i < 32; ++i) out[2 + i] = uint8_t(int8_t(round_even_f(x[i] * id)));
+}
+
+// As Q8_0, plus s = f16(d * sum(q)) from the unrounded d.
+EMBER_HD void q8_1_quantize(const float* x, uint8_t* out) {
+  const float amax = abs_max(x, 32);
+  const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    const int8_t q = int8_t(round_even_f(x[i] * id));
+    out[4 + i] = uint8_t(q);
+    sum += q;
+  }
+  put_u16(out, float_to_half(d));
+  put_u16(out + 2, float_to_half(float(sum) * d));
+}
+
+// One block of 256: f32 d = 1 / scale, q = min(127, round_half_even(scale * x)) with
+// scale = 127 / max|x|, and the sums of each 16 codes; all zero when max|x| is 0.
+EMBER_HD void q8_k_quantize(const float* x, uint8_t* out) {
+  const float amax = abs_max(x, 256);
+  if (amax == 0.0f) {
+    for (int i = 0; i < kQ8_KBytes; ++i) out[i] = 0;
+    return;
+  }
+  const float scale = 127.0f / amax;
+  for (int i = 0; i < 256; ++i) {
+    const float r = round_even_f(scale * x[i]);
+    out[4 + i] = uint8_t(int8_t(r < 127.0f ? r : 127.0f));
+  }
+  for (int j = 0; j < 16; ++j) {
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) sum += int8_t(out[4 + 16 * j + i]);
+    put_u16(out + 260 + 2 * j, uint16_t(int16_t(sum)));
+  }
+  const uint32_t d = float_to_bits(1.0f / scale);
+  for (int i = 0; i < 4; ++i) out[i] = uint8_t(d >> (8 * i));
+}
+
 // ---- online softmax (flash attention's running state for one query row) ----
 
 EMBER_HD float exp_f(float x) {

@@ -237,3 +237,28 @@ TEST_CASE("device KV quantizers and decoders equal lib/quant's bytes and values"
     CHECK(differing_floats(got, want) == 0);
   }
 }
+
+TEST_CASE("device activation quantizers give lib/quant's Q8_0, Q8_1 and Q8_K bytes", "[cuda_math]") {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 4096;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 53 == 7 ? 50.0f : 1.0f);
+  for (int i = 0; i < 256; ++i) x[size_t(i)] = 0.0f;          // an all-zero Q8_K block
+  for (int i = 256; i < 288; ++i) x[size_t(i)] = float(i % 5) - 2.0f;  // exact halves of 127/2
+  struct Case {
+    DType type;
+    int values, bytes;
+    void (*quantize)(const float*, uint8_t*);
+  };
+  for (const Case& c : {Case{DType::q8_0, 32, dev::kQ8_0Bytes, dev::q8_0_quantize},
+                        Case{DType::q8_1, 32, dev::kQ8_1Bytes, dev::q8_1_quantize},
+                        Case{DType::q8_k, 256, dev::kQ8_KBytes, dev::q8_k_quantize}}) {
+    INFO(quant::type_name(c.type));
+    std::vector<uint8_t> ref(quant::row_bytes(c.type, n)), ours(ref.size());
+    REQUIRE(ref.size() == size_t(n / c.values * c.bytes));
+    quant::quantize_row(c.type, x.data(), ref.data(), n);
+    for (int64_t b = 0; b < n / c.values; ++b) c.quantize(x.data() + b * c.values, ours.data() + b * c.bytes);
+    CHECK(differing_bytes(ours, ref) == 0);
+  }
+}
