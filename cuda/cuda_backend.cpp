@@ -13,6 +13,22 @@ void check(cudaError_t status, const char* what) {
   }
 }
 
+void* Scratch::reserve(cudaStream_t stream, size_t bytes) {
+  if (bytes <= bytes_) return data_;
+  check(cudaStreamSynchronize(stream), "scratch growth (wait)");
+  cudaFree(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  const size_t want = bytes < (size_t(1) << 20) ? size_t(1) << 20 : bytes + bytes / 2;
+  if (cudaMalloc(&data_, want) != cudaSuccess) {
+    cudaGetLastError();
+    data_ = nullptr;
+    fail(ErrorCode::out_of_memory, "cannot allocate {} bytes of GPU scratch memory", want);
+  }
+  bytes_ = want;
+  return data_;
+}
+
 void unsupported_type(const char* op, quant::DType type) {
   fail(ErrorCode::unsupported, "the CUDA backend has no {} kernel for {} tensors", op, quant::type_name(type));
 }
@@ -43,7 +59,10 @@ class CudaBackend final : public backend::Backend {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
-  ~CudaBackend() override { cudaStreamDestroy(stream_); }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);  // nothing enqueued may outlive the scratch memory
+    cudaStreamDestroy(stream_);
+  }
 
   std::string_view name() const override { return "cuda"; }
   std::unique_ptr<backend::Buffer> allocate(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes); }
@@ -64,7 +83,9 @@ class CudaBackend final : public backend::Backend {
   void get_rows(const backend::Tensor& table, const backend::Tensor& ids, const backend::Tensor& out) override {
     cuda::get_rows(stream_, table, ids, out);
   }
-  void matmul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("matmul"); }
+  void matmul(const backend::Tensor& weights, const backend::Tensor& x, const backend::Tensor& out) override {
+    cuda::matmul(stream_, weights, x, out, scratch_);
+  }
   void add(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("add"); }
   void mul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("mul"); }
   void scale(const backend::Tensor&, float, const backend::Tensor&) override { missing("scale"); }
@@ -98,6 +119,7 @@ class CudaBackend final : public backend::Backend {
   }
   int device_;
   cudaStream_t stream_ = nullptr;
+  Scratch scratch_;  // temporaries of the ops (quantized activations)
 };
 
 }  // namespace

@@ -228,6 +228,84 @@ EMBER_HD void q8_k_quantize(const float* x, uint8_t* out) {
   for (int i = 0; i < 4; ++i) out[i] = uint8_t(d >> (8 * i));
 }
 
+// ---- dot products of one weight block with one activation block ----
+// The integer sums are exact; each block's result is its float scale times them. A
+// kernel adds the blocks' results in its own order, so a row's dot product agrees with
+// quant::dot_row to rounding, not bit for bit.
+
+// sum over a 32-value block of (weight code - offset) * activation code.
+template <class Code>
+EMBER_HD int32_t block_isum(Code code, const uint8_t* a_codes, int offset) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += (code(i) - offset) * int32_t(int8_t(a_codes[i]));
+  return sum;
+}
+
+// Q4_0, Q5_0, Q8_0 with a Q8_0 activation block: d_w * d_a * sum.
+EMBER_HD float q4_0_dot(const uint8_t* w, const uint8_t* a) {
+  const int32_t s = block_isum([w](int i) { return nibble32(w + 2, i); }, a + 2, 8);
+  return mul_rn(half_at(w), half_at(a)) * float(s);
+}
+EMBER_HD float q5_0_dot(const uint8_t* w, const uint8_t* a) {
+  const int32_t s = block_isum([w](int i) { return q5_code(w + 2, w + 6, i); }, a + 2, 16);
+  return mul_rn(half_at(w), half_at(a)) * float(s);
+}
+EMBER_HD float q8_0_dot(const uint8_t* w, const uint8_t* a) {
+  const int32_t s = block_isum([w](int i) { return int(int8_t(w[2 + i])); }, a + 2, 0);
+  return mul_rn(half_at(w), half_at(a)) * float(s);
+}
+// Q4_1, Q5_1 with a Q8_1 block: d_w * d_a * sum(q * q_a) + m_w * s_a.
+EMBER_HD float q4_1_dot(const uint8_t* w, const uint8_t* a) {
+  const int32_t s = block_isum([w](int i) { return nibble32(w + 4, i); }, a + 4, 0);
+  return mul_rn(mul_rn(half_at(w), half_at(a)), float(s)) + mul_rn(half_at(w + 2), half_at(a + 2));
+}
+EMBER_HD float q5_1_dot(const uint8_t* w, const uint8_t* a) {
+  const int32_t s = block_isum([w](int i) { return q5_code(w + 4, w + 8, i); }, a + 4, 0);
+  return mul_rn(mul_rn(half_at(w), half_at(a)), float(s)) + mul_rn(half_at(w + 2), half_at(a + 2));
+}
+
+EMBER_HD float q8_k_d(const uint8_t* a) { return bits_to_float(load_u32(a)); }
+EMBER_HD int32_t q8_k_bsum(const uint8_t* a, int j) { return int16_t(load_u16(a + 260 + 2 * j)); }
+
+// Q4_K, Q5_K with a Q8_K block: d * d_a * sum_j sc[j] * sum(q * q_a)
+// - dmin * d_a * sum_j mn[j] * (bsums[2j] + bsums[2j + 1]).
+template <class Code>
+EMBER_HD float k_dot(const uint8_t* w, const uint8_t* a, Code code) {
+  int32_t scaled = 0, mins = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t s = 0;
+    for (int l = 0; l < 32; ++l) s += code(j, l) * int32_t(int8_t(a[4 + 32 * j + l]));
+    scaled += k_scale(w + 4, j, false) * s;
+    mins += k_scale(w + 4, j, true) * (q8_k_bsum(a, 2 * j) + q8_k_bsum(a, 2 * j + 1));
+  }
+  const float da = q8_k_d(a);
+  return mul_rn(mul_rn(half_at(w), da), float(scaled)) - mul_rn(mul_rn(half_at(w + 2), da), float(mins));
+}
+EMBER_HD float q4_k_dot(const uint8_t* w, const uint8_t* a) {
+  return k_dot(w, a, [w](int j, int l) { return (w[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15; });
+}
+EMBER_HD float q5_k_dot(const uint8_t* w, const uint8_t* a) {
+  return k_dot(w, a, [w](int j, int l) {
+    return ((w[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15) | ((w[16 + l] >> j) & 1) << 4;
+  });
+}
+// Q6_K with a Q8_K block: d * d_a * sum_g sc[g] * sum((q - 32) * q_a) over 16 groups of 16.
+EMBER_HD float q6_k_dot(const uint8_t* w, const uint8_t* a) {
+  int32_t total = 0;
+  for (int g = 0; g < 16; ++g) {
+    int32_t s = 0;
+    for (int k = 0; k < 16; ++k) {
+      const int i = 16 * g + k, h = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+      const uint8_t low_byte = w[64 * h + l + 32 * (quarter & 1)];
+      const int low = quarter < 2 ? (low_byte & 15) : (low_byte >> 4);
+      const int code = low | ((w[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4;
+      s += (code - 32) * int32_t(int8_t(a[4 + i]));
+    }
+    total += int32_t(int8_t(w[192 + g])) * s;
+  }
+  return mul_rn(half_at(w + 208), q8_k_d(a)) * float(total);
+}
+
 // ---- online softmax (flash attention's running state for one query row) ----
 
 EMBER_HD float exp_f(float x) {

@@ -22,6 +22,29 @@ inline std::byte* device_ptr(const backend::Tensor& t) {
   return static_cast<std::byte*>(t.buffer->device_data()) + t.offset;
 }
 
+// Device memory a backend keeps for the ops' temporaries (quantized activations): grown
+// when a call needs more, never shrunk, so steady decoding allocates nothing.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { cudaFree(data_); }
+  // At least `bytes` of device memory, valid for work enqueued on `stream` from now on.
+  // Growing waits for `stream` first (earlier work may still read the old memory).
+  void* reserve(cudaStream_t stream, size_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// out = x * weights^T under the matmul contract (backend/ops/matmul.hpp): x converted to
+// quant::activation_type(weights.type) with the CPU's bytes, then block dot products
+// (cuda/device/block_math.hpp) summed per row in the kernel's order.
+void matmul(cudaStream_t stream, const backend::Tensor& weights, const backend::Tensor& x,
+            const backend::Tensor& out, Scratch& scratch);
+
 // out[i] = dequantize(table[ids[i]]), bit-identical to quant::dequantize_row
 // (cuda/device/block_math.hpp). Every type ember reads (F32, F16, BF16, block formats).
 void get_rows(cudaStream_t stream, const backend::Tensor& table, const backend::Tensor& ids,

@@ -262,3 +262,39 @@ TEST_CASE("device activation quantizers give lib/quant's Q8_0, Q8_1 and Q8_K byt
     CHECK(differing_bytes(ours, ref) == 0);
   }
 }
+
+TEST_CASE("device block dot products sum to quant::dot_row", "[cuda_math]") {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 2048;
+  using DotFn = float (*)(const uint8_t*, const uint8_t*);
+  struct Case {
+    DType type;
+    DotFn dot;
+  };
+  for (const Case& c : {Case{DType::q4_0, dev::q4_0_dot}, Case{DType::q5_0, dev::q5_0_dot},
+                        Case{DType::q8_0, dev::q8_0_dot}, Case{DType::q4_1, dev::q4_1_dot},
+                        Case{DType::q5_1, dev::q5_1_dot}, Case{DType::q4_k, dev::q4_k_dot},
+                        Case{DType::q5_k, dev::q5_k_dot}, Case{DType::q6_k, dev::q6_k_dot}}) {
+    INFO(quant::type_name(c.type));
+    const DType act = quant::activation_type(c.type);
+    const int64_t values = int64_t(quant::type_info(c.type).block_elems);
+    const size_t w_block = quant::row_bytes(c.type, values), a_block = quant::row_bytes(act, values);
+    for (int round = 0; round < 10; ++round) {
+      std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(n));
+      for (float& v : w) v = normal(rng);
+      for (float& v : x) v = normal(rng) * (round % 3 == 0 ? 20.0f : 1.0f);
+      std::vector<uint8_t> wq(quant::row_bytes(c.type, n)), aq(quant::row_bytes(act, n));
+      quant::quantize_row(c.type, w.data(), wq.data(), n);
+      quant::quantize_row(act, x.data(), aq.data(), n);
+      const double want = quant::dot_row(c.type, wq.data(), aq.data(), n);
+      double got = 0.0, magnitude = 0.0;
+      for (int64_t b = 0; b < n / values; ++b) {
+        const float part = c.dot(wq.data() + b * w_block, aq.data() + b * a_block);
+        got += part;
+        magnitude += std::fabs(part);
+      }
+      CHECK(std::fabs(got - want) <= 1e-5 * magnitude + 1e-6);
+    }
+  }
+}

@@ -1,6 +1,7 @@
-// The CUDA backend: device memory round trips, get_rows and kv_store/kv_load against
-// the reference, and the clear error of the ops not implemented yet. Skips (exit code 4) without a CUDA device.
+// The CUDA backend: device memory round trips, matmul, get_rows and kv_store/kv_load
+// against the reference, and the clear error of the ops not implemented yet. Skips (exit code 4) without a CUDA device.
 #define CATCH_CONFIG_RUNNER
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include "backend/ops/get_rows.hpp"
 #include "backend/ops/kv_store.hpp"
 #include "backend/ops/matmul.hpp"
+#include "backend/ops/rms_norm.hpp"
 #include "common/catch.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "ember/error.hpp"
@@ -38,14 +40,62 @@ TEST_CASE("CUDA buffers round-trip host data", "[cuda]") {
 TEST_CASE("CUDA ops not implemented yet report unsupported", "[cuda]") {
   auto be = ember::cuda::make_cuda_backend();
   auto buffer = be->allocate(3 * 32 * 32 * sizeof(float));
-  const auto w = ember::backend::make_tensor(*buffer, 0, ember::quant::DType::f32, 32, 32);
-  const auto x = ember::backend::make_tensor(*buffer, 32 * 32 * 4, ember::quant::DType::f32, 32, 32);
+  const auto x = ember::backend::make_tensor(*buffer, 0, ember::quant::DType::f32, 32, 32);
+  const auto w = ember::backend::make_tensor(*buffer, 32 * 32 * 4, ember::quant::DType::f32, 1, 32);
   const auto y = ember::backend::make_tensor(*buffer, 2 * 32 * 32 * 4, ember::quant::DType::f32, 32, 32);
   try {
-    ember::ops::matmul(*be, w, x, y);
+    ember::ops::rms_norm(*be, x, w, 1e-6f, y);
     FAIL("no error");
   } catch (const ember::Error& e) {
     CHECK(e.code() == ember::ErrorCode::unsupported);
+  }
+}
+
+TEST_CASE("CUDA matmul follows the matmul contract for every weight type", "[cuda]") {
+  using ember::quant::DType;
+  namespace quant = ember::quant;
+  auto be = ember::cuda::make_cuda_backend();
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n_in = 1024, n_out = 75;
+  for (DType type : quant::weight_types()) {
+    INFO(quant::type_name(type));
+    const size_t row_bytes = quant::row_bytes(type, n_in);
+    std::vector<std::byte> w(row_bytes * n_out);
+    std::vector<float> v(static_cast<size_t>(n_in));
+    for (int64_t o = 0; o < n_out; ++o) {
+      for (float& e : v) e = normal(rng);
+      quant::quantize_row(type, v.data(), w.data() + o * row_bytes, n_in);
+    }
+    auto w_buf = be->allocate(w.size());
+    const auto wt = ember::backend::make_tensor(*w_buf, 0, type, n_out, n_in);
+    be->upload(wt, w.data());
+    for (int64_t n_tok : {1, 5, 33}) {
+      INFO("tokens: " << n_tok);
+      std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+      for (float& e : x) e = normal(rng);
+      auto x_buf = be->allocate(x.size() * sizeof(float));
+      auto y_buf = be->allocate(size_t(n_tok * n_out) * sizeof(float));
+      const auto xt = ember::backend::make_tensor(*x_buf, 0, DType::f32, n_tok, n_in);
+      const auto yt = ember::backend::make_tensor(*y_buf, 0, DType::f32, n_tok, n_out);
+      be->upload(xt, x.data());
+      std::vector<float> y(size_t(n_tok * n_out), NAN);
+      be->upload(yt, y.data());
+      ember::ops::matmul(*be, wt, xt, yt);
+      be->download(yt, y.data());
+      const DType act = quant::activation_type(type);
+      std::vector<std::byte> a(quant::row_bytes(act, n_in));
+      int bad = 0;
+      for (int64_t t = 0; t < n_tok; ++t) {
+        quant::quantize_row(act, x.data() + t * n_in, a.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          const float want = quant::dot_row(type, w.data() + o * row_bytes, a.data(), n_in);
+          const float got = y[size_t(t * n_out + o)];
+          if (!(std::fabs(got - want) <= 1e-4f * (std::fabs(want) + std::sqrt(float(n_in))))) ++bad;
+        }
+      }
+      CHECK(bad == 0);
+    }
   }
 }
 

@@ -1,0 +1,176 @@
+// matmul on the GPU for every weight type ember reads, the first version: correct
+// before fast. Activations are converted to the contract's activation type by one
+// thread per block (the CPU's bytes, cuda/device/block_math.hpp); then one warp per
+// weight row walks its blocks, lanes striding over them, for up to kTokens tokens per
+// pass, and reduces with shuffles. Rows of more tokens take several passes: this is a
+// decode kernel (issue 16 asks for tensor-core prefill separately).
+#include "cuda/device/block_math.hpp"
+#include "cuda/ops/ops.hpp"
+
+namespace ember::cuda {
+namespace {
+
+using quant::DType;
+
+constexpr int kTokens = 8;        // tokens per pass
+constexpr int kWarpsPerBlock = 4;  // weight rows per thread block
+constexpr int kQuantThreads = 128;
+
+// Activation formats: values per block, bytes per block, the quantizer.
+struct ActQ8_0 {
+  static constexpr int kValues = 32, kBytes = dev::kQ8_0Bytes;
+  static __device__ void quantize(const float* x, uint8_t* out) { dev::q8_0_quantize(x, out); }
+};
+struct ActQ8_1 {
+  static constexpr int kValues = 32, kBytes = dev::kQ8_1Bytes;
+  static __device__ void quantize(const float* x, uint8_t* out) { dev::q8_1_quantize(x, out); }
+};
+struct ActQ8_K {
+  static constexpr int kValues = 256, kBytes = dev::kQ8_KBytes;
+  static __device__ void quantize(const float* x, uint8_t* out) { dev::q8_k_quantize(x, out); }
+};
+
+#define EMBER_WEIGHT_FORMAT(Name, ActType, bytes, fn)                                         \
+  struct Name {                                                                                \
+    using Act = ActType;                                                                       \
+    static constexpr int kBytes = bytes;                                                       \
+    static __device__ float dot(const uint8_t* w, const uint8_t* a) { return dev::fn(w, a); }  \
+  };
+EMBER_WEIGHT_FORMAT(Q4_0, ActQ8_0, dev::kQ4_0Bytes, q4_0_dot)
+EMBER_WEIGHT_FORMAT(Q5_0, ActQ8_0, dev::kQ5_0Bytes, q5_0_dot)
+EMBER_WEIGHT_FORMAT(Q8_0, ActQ8_0, dev::kQ8_0Bytes, q8_0_dot)
+EMBER_WEIGHT_FORMAT(Q4_1, ActQ8_1, dev::kQ4_1Bytes, q4_1_dot)
+EMBER_WEIGHT_FORMAT(Q5_1, ActQ8_1, dev::kQ5_1Bytes, q5_1_dot)
+EMBER_WEIGHT_FORMAT(Q4_K, ActQ8_K, dev::kQ4_KBytes, q4_k_dot)
+EMBER_WEIGHT_FORMAT(Q5_K, ActQ8_K, dev::kQ5_KBytes, q5_k_dot)
+EMBER_WEIGHT_FORMAT(Q6_K, ActQ8_K, dev::kQ6_KBytes, q6_k_dot)
+#undef EMBER_WEIGHT_FORMAT
+
+struct F32 {
+  static __device__ float value(const uint8_t* row, int64_t i) { return dev::bits_to_float(dev::load_u32(row + 4 * i)); }
+};
+struct F16 {
+  static __device__ float value(const uint8_t* row, int64_t i) { return dev::half_at(row + 2 * i); }
+};
+struct BF16 {
+  static __device__ float value(const uint8_t* row, int64_t i) { return dev::bf16_to_float(dev::load_u16(row + 2 * i)); }
+};
+
+__device__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One thread per activation block: row t, block b.
+template <class A>
+__global__ void quantize_kernel(const float* x, size_t x_stride, uint8_t* dst, size_t dst_row_bytes, int64_t nb,
+                                int64_t n_tok) {
+  const int64_t i = int64_t(blockIdx.x) * kQuantThreads + threadIdx.x;
+  if (i >= nb * n_tok) return;
+  const int64_t t = i / nb, b = i % nb;
+  A::quantize(x + size_t(t) * x_stride + size_t(b) * A::kValues, dst + size_t(t) * dst_row_bytes + size_t(b) * A::kBytes);
+}
+
+// One warp per weight row; n_tok <= kTokens activation rows of nb blocks each.
+template <class W>
+__global__ void matmul_blocks_kernel(const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes,
+                                     float* out, size_t out_stride, int64_t n_out, int64_t nb, int n_tok) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  const uint8_t* wr = w + size_t(row) * w_stride;
+  float acc[kTokens] = {};
+  for (int64_t b = lane; b < nb; b += 32) {
+    const uint8_t* wb = wr + size_t(b) * W::kBytes;
+    for (int t = 0; t < kTokens; ++t)
+      if (t < n_tok) acc[t] += W::dot(wb, a + size_t(t) * a_row_bytes + size_t(b) * W::Act::kBytes);
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= n_tok) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
+  }
+}
+
+// Float weights against f32 activations (the contract's activation type for them).
+template <class W>
+__global__ void matmul_float_kernel(const uint8_t* w, size_t w_stride, const float* x, size_t x_stride, float* out,
+                                    size_t out_stride, int64_t n_out, int64_t n_in, int n_tok) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  const uint8_t* wr = w + size_t(row) * w_stride;
+  float acc[kTokens] = {};
+  for (int64_t i = lane; i < n_in; i += 32) {
+    const float v = W::value(wr, i);
+    for (int t = 0; t < kTokens; ++t)
+      if (t < n_tok) acc[t] += v * x[size_t(t) * x_stride + size_t(i)];
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= n_tok) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
+  }
+}
+
+unsigned row_blocks(int64_t n_out) { return unsigned((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+template <class W>
+void run_blocks(cudaStream_t stream, const backend::Tensor& weights, const backend::Tensor& x,
+                const backend::Tensor& out, Scratch& scratch) {
+  using A = typename W::Act;
+  const int64_t nb = weights.cols / A::kValues, n_tok = x.rows;
+  const size_t a_row_bytes = size_t(nb) * A::kBytes;
+  auto* a = static_cast<uint8_t*>(scratch.reserve(stream, a_row_bytes * size_t(n_tok)));
+  const int64_t jobs = nb * n_tok;
+  quantize_kernel<A><<<unsigned((jobs + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0, stream>>>(
+      reinterpret_cast<const float*>(device_ptr(x)), x.row_stride / sizeof(float), a, a_row_bytes, nb, n_tok);
+  check(cudaGetLastError(), "matmul activation quantization launch");
+  auto* y = reinterpret_cast<float*>(device_ptr(out));
+  const size_t y_stride = out.row_stride / sizeof(float);
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kTokens) {
+    const int nt = int(n_tok - t0 < kTokens ? n_tok - t0 : kTokens);
+    matmul_blocks_kernel<W><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
+        reinterpret_cast<const uint8_t*>(device_ptr(weights)), weights.row_stride, a + size_t(t0) * a_row_bytes,
+        a_row_bytes, y + size_t(t0) * y_stride, y_stride, weights.rows, nb, nt);
+    check(cudaGetLastError(), "matmul kernel launch");
+  }
+}
+
+template <class W>
+void run_float(cudaStream_t stream, const backend::Tensor& weights, const backend::Tensor& x,
+               const backend::Tensor& out) {
+  const auto* xs = reinterpret_cast<const float*>(device_ptr(x));
+  auto* y = reinterpret_cast<float*>(device_ptr(out));
+  const size_t x_stride = x.row_stride / sizeof(float), y_stride = out.row_stride / sizeof(float);
+  for (int64_t t0 = 0; t0 < x.rows; t0 += kTokens) {
+    const int nt = int(x.rows - t0 < kTokens ? x.rows - t0 : kTokens);
+    matmul_float_kernel<W><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
+        reinterpret_cast<const uint8_t*>(device_ptr(weights)), weights.row_stride, xs + size_t(t0) * x_stride,
+        x_stride, y + size_t(t0) * y_stride, y_stride, weights.rows, weights.cols, nt);
+    check(cudaGetLastError(), "matmul kernel launch");
+  }
+}
+
+}  // namespace
+
+void matmul(cudaStream_t stream, const backend::Tensor& weights, const backend::Tensor& x,
+            const backend::Tensor& out, Scratch& scratch) {
+  if (x.rows == 0 || weights.rows == 0) return;
+  switch (weights.type) {
+    case DType::f32: return run_float<F32>(stream, weights, x, out);
+    case DType::f16: return run_float<F16>(stream, weights, x, out);
+    case DType::bf16: return run_float<BF16>(stream, weights, x, out);
+    case DType::q4_0: return run_blocks<Q4_0>(stream, weights, x, out, scratch);
+    case DType::q5_0: return run_blocks<Q5_0>(stream, weights, x, out, scratch);
+    case DType::q8_0: return run_blocks<Q8_0>(stream, weights, x, out, scratch);
+    case DType::q4_1: return run_blocks<Q4_1>(stream, weights, x, out, scratch);
+    case DType::q5_1: return run_blocks<Q5_1>(stream, weights, x, out, scratch);
+    case DType::q4_k: return run_blocks<Q4_K>(stream, weights, x, out, scratch);
+    case DType::q5_k: return run_blocks<Q5_K>(stream, weights, x, out, scratch);
+    case DType::q6_k: return run_blocks<Q6_K>(stream, weights, x, out, scratch);
+    default: unsupported_type("matmul", weights.type);
+  }
+}
+
+}  // namespace ember::cuda
