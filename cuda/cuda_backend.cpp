@@ -86,24 +86,33 @@ class CudaBackend final : public backend::Backend {
   void matmul(const backend::Tensor& weights, const backend::Tensor& x, const backend::Tensor& out) override {
     cuda::matmul(stream_, weights, x, out, scratch_);
   }
-  void add(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("add"); }
-  void mul(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override { missing("mul"); }
-  void scale(const backend::Tensor&, float, const backend::Tensor&) override { missing("scale"); }
-  void rms_norm(const backend::Tensor&, const backend::Tensor&, float, const backend::Tensor&) override {
-    missing("rms_norm");
+  void add(const backend::Tensor& a, const backend::Tensor& b, const backend::Tensor& out) override {
+    cuda::add(stream_, a, b, out);
   }
-  void rope(const backend::Tensor&, const backend::Tensor&, const backend::RopeParams&,
-            const backend::Tensor&) override {
-    missing("rope");
+  void mul(const backend::Tensor& a, const backend::Tensor& b, const backend::Tensor& out) override {
+    cuda::mul(stream_, a, b, out);
   }
-  void glu(const backend::Tensor&, const backend::Tensor&, backend::Activation, const backend::Tensor&) override {
-    missing("glu");
+  void scale(const backend::Tensor& x, float factor, const backend::Tensor& out) override {
+    cuda::scale(stream_, x, factor, out);
+  }
+  void rms_norm(const backend::Tensor& x, const backend::Tensor& weight, float eps,
+                const backend::Tensor& out) override {
+    cuda::rms_norm(stream_, x, weight, eps, out);
+  }
+  void rope(const backend::Tensor& x, const backend::Tensor& positions, const backend::RopeParams& params,
+            const backend::Tensor& out) override {
+    cuda::rope(stream_, x, positions, params, out);
+  }
+  void glu(const backend::Tensor& gate, const backend::Tensor& up, backend::Activation activation,
+           const backend::Tensor& out) override {
+    cuda::glu(stream_, gate, up, activation, out);
   }
   void kv_load(const backend::Tensor& cache, const backend::Tensor& slots, const backend::Tensor& out) override {
     cuda::kv_load(stream_, cache, slots, out);
   }
-  void copy_rows(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&) override {
-    missing("copy_rows");
+  void copy_rows(const backend::Tensor& tensor, const backend::Tensor& src_rows,
+                 const backend::Tensor& dst_rows) override {
+    cuda::copy_rows(stream_, tensor, src_rows, dst_rows);
   }
   void kv_store(const backend::Tensor& src, const backend::Tensor& cache, const backend::Tensor& slots) override {
     cuda::kv_store(stream_, src, cache, slots);

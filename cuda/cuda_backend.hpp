@@ -1,6 +1,6 @@
 // The CUDA backend (NVIDIA GPUs). At this stage it owns device memory, moves data and
-// runs get_rows, kv_store and kv_load (cuda/ops/); its other ops are not implemented yet and report
-// ErrorCode::unsupported, so a host asking for Device::cuda gets a clear error
+// runs every op but attention (cuda/ops/, first versions, docs/cuda.md); attention
+// reports ErrorCode::unsupported, so a host asking for Device::cuda gets a clear error
 // instead of wrong results.
 #pragma once
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/backend.hpp"
 #include "backend/tensor.hpp"
 
 namespace ember::cuda {
@@ -44,6 +45,20 @@ class Scratch {
 // (cuda/device/block_math.hpp) summed per row in the kernel's order.
 void matmul(cudaStream_t stream, const backend::Tensor& weights, const backend::Tensor& x,
             const backend::Tensor& out, Scratch& scratch);
+
+// The small ops, with the shapes of backend/ops/*.hpp: exact for add, mul, scale and
+// copy_rows; within float rounding of the reference for glu, rms_norm and rope.
+void add(cudaStream_t stream, const backend::Tensor& a, const backend::Tensor& b, const backend::Tensor& out);
+void mul(cudaStream_t stream, const backend::Tensor& a, const backend::Tensor& b, const backend::Tensor& out);
+void scale(cudaStream_t stream, const backend::Tensor& x, float factor, const backend::Tensor& out);
+void glu(cudaStream_t stream, const backend::Tensor& gate, const backend::Tensor& up, backend::Activation activation,
+         const backend::Tensor& out);
+void rms_norm(cudaStream_t stream, const backend::Tensor& x, const backend::Tensor& weight, float eps,
+              const backend::Tensor& out);
+void rope(cudaStream_t stream, const backend::Tensor& x, const backend::Tensor& positions,
+          const backend::RopeParams& params, const backend::Tensor& out);
+void copy_rows(cudaStream_t stream, const backend::Tensor& tensor, const backend::Tensor& src_rows,
+               const backend::Tensor& dst_rows);
 
 // out[i] = dequantize(table[ids[i]]), bit-identical to quant::dequantize_row
 // (cuda/device/block_math.hpp). Every type ember reads (F32, F16, BF16, block formats).

@@ -1,9 +1,11 @@
-// The CUDA backend: device memory round trips, matmul, get_rows and kv_store/kv_load
-// against the reference, and the clear error of the ops not implemented yet. Skips (exit code 4) without a CUDA device.
+// The CUDA backend: device memory round trips; matmul, get_rows, kv_store/kv_load and
+// the small ops against the reference; clear errors for unsupported types. Skips (exit code 4) without a CUDA device.
 #define CATCH_CONFIG_RUNNER
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -11,7 +13,11 @@
 #include "backend/ops/get_rows.hpp"
 #include "backend/ops/kv_store.hpp"
 #include "backend/ops/matmul.hpp"
+#include "backend/ops/elementwise.hpp"
+#include "backend/ops/glu.hpp"
 #include "backend/ops/rms_norm.hpp"
+#include "backend/ops/rope.hpp"
+#include "backend/reference/reference_backend.hpp"
 #include "common/catch.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "ember/error.hpp"
@@ -37,17 +43,110 @@ TEST_CASE("CUDA buffers round-trip host data", "[cuda]") {
   CHECK(back == host);
 }
 
-TEST_CASE("CUDA ops not implemented yet report unsupported", "[cuda]") {
+TEST_CASE("CUDA ops report unsupported types", "[cuda]") {
   auto be = ember::cuda::make_cuda_backend();
-  auto buffer = be->allocate(3 * 32 * 32 * sizeof(float));
-  const auto x = ember::backend::make_tensor(*buffer, 0, ember::quant::DType::f32, 32, 32);
-  const auto w = ember::backend::make_tensor(*buffer, 32 * 32 * 4, ember::quant::DType::f32, 1, 32);
-  const auto y = ember::backend::make_tensor(*buffer, 2 * 32 * 32 * 4, ember::quant::DType::f32, 32, 32);
+  auto buffer = be->allocate(64 * 1024);
+  // Q8_1 is an activation format: no table of that type exists, and get_rows says so.
+  const auto table = ember::backend::make_tensor(*buffer, 0, ember::quant::DType::q8_1, 4, 64);
+  const auto ids = ember::backend::make_tensor(*buffer, 4096, ember::quant::DType::i32, 2, 1);
+  const auto out = ember::backend::make_tensor(*buffer, 8192, ember::quant::DType::f32, 2, 64);
   try {
-    ember::ops::rms_norm(*be, x, w, 1e-6f, y);
+    ember::ops::get_rows(*be, table, ids, out);
     FAIL("no error");
   } catch (const ember::Error& e) {
     CHECK(e.code() == ember::ErrorCode::unsupported);
+  }
+}
+
+namespace {
+
+// A device tensor holding `values` ([rows, cols] f32 or i32 bits), and its buffer.
+struct DeviceTensor {
+  std::unique_ptr<ember::backend::Buffer> buffer;
+  ember::backend::Tensor tensor;
+};
+template <class T>
+DeviceTensor device_tensor(ember::backend::Backend& be, const std::vector<T>& values, int64_t rows, int64_t cols,
+                           ember::quant::DType type) {
+  DeviceTensor d{be.allocate(values.size() * sizeof(T)), {}};
+  d.tensor = ember::backend::make_tensor(*d.buffer, 0, type, rows, cols);
+  be.upload(d.tensor, values.data());
+  return d;
+}
+std::vector<float> download(ember::backend::Backend& be, const ember::backend::Tensor& t) {
+  std::vector<float> v(size_t(t.rows * t.cols));
+  be.download(t, v.data());
+  return v;
+}
+// max |a - b| <= rel * max |b| + abs (NaN anywhere fails).
+bool close(const std::vector<float>& a, const std::vector<float>& b, double rel, double abs) {
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return false;
+    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return diff <= rel * scale + abs;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA small ops agree with the reference backend", "[cuda]") {
+  using ember::quant::DType;
+  auto gpu = ember::cuda::make_cuda_backend();
+  auto ref = ember::reference::make_reference_backend();
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& e : v) e = normal(rng);
+    return v;
+  };
+  for (int64_t rows : {1, 5, 33}) {
+    INFO("rows: " << rows);
+    const int64_t cols = 640;
+    const auto a = random(size_t(rows * cols)), b = random(size_t(rows * cols)), w = random(size_t(cols));
+    const auto nan_out = std::vector<float>(size_t(rows * cols), NAN);
+    // Each op on both backends, then the GPU result against the reference's.
+    // Tolerances: those of the CPU backend's op tests (tests/backend/test_ops.cpp).
+    auto both = [&](auto op, double rel, double abs) {
+      std::vector<float> results[2];
+      int k = 0;
+      for (ember::backend::Backend* be : {static_cast<ember::backend::Backend*>(gpu.get()), ref.get()}) {
+        DeviceTensor da = device_tensor(*be, a, rows, cols, DType::f32), db = device_tensor(*be, b, rows, cols, DType::f32);
+        DeviceTensor dw = device_tensor(*be, w, 1, cols, DType::f32), dout = device_tensor(*be, nan_out, rows, cols, DType::f32);
+        op(*be, da.tensor, db.tensor, dw.tensor, dout.tensor);
+        results[k++] = download(*be, dout.tensor);
+      }
+      CHECK(close(results[0], results[1], rel, abs));
+    };
+    using T = ember::backend::Tensor;
+    using B = ember::backend::Backend;
+    both([](B& be, const T& x, const T& y, const T&, const T& o) { ember::ops::add(be, x, y, o); }, 0.0, 0.0);
+    both([](B& be, const T& x, const T& y, const T&, const T& o) { ember::ops::mul(be, x, y, o); }, 0.0, 0.0);
+    both([](B& be, const T& x, const T&, const T& w, const T& o) { ember::ops::mul(be, x, w, o); }, 0.0, 0.0);
+    both([](B& be, const T& x, const T&, const T&, const T& o) { ember::ops::scale(be, x, 0.37f, o); }, 0.0, 0.0);
+    both([](B& be, const T& x, const T& y, const T&, const T& o) {
+      ember::ops::glu(be, x, y, ember::backend::Activation::silu, o);
+    }, 1e-5, 0.0);
+    both([](B& be, const T& x, const T& y, const T&, const T& o) {
+      ember::ops::glu(be, x, y, ember::backend::Activation::gelu_tanh, o);
+    }, 1e-3, 0.0);
+    both([](B& be, const T& x, const T&, const T& w, const T& o) { ember::ops::rms_norm(be, x, w, 1e-6f, o); }, 1e-5, 0.0);
+    for (auto mode : {ember::backend::RopeMode::normal, ember::backend::RopeMode::neox}) {
+      std::vector<int32_t> pos(static_cast<size_t>(rows));
+      for (int64_t t = 0; t < rows; ++t) pos[size_t(t)] = int32_t(t * 977 % 30000);
+      both([&](B& be, const T& x, const T&, const T&, const T& o) {
+        DeviceTensor dp = device_tensor(be, pos, rows, 1, DType::i32);
+        ember::backend::RopeParams p;
+        p.n_head = 5;
+        p.head_dim = 128;
+        p.n_rot = 64;  // half of each head passes through
+        p.mode = mode;
+        p.freq_base = 1000000.0f;
+        ember::ops::rope(be, x, dp.tensor, p, o);
+      }, 1e-5 + 3e-8 * 30000, 0.0);  // test_ops: the CPU rotates in float
+    }
   }
 }
 
