@@ -33,6 +33,10 @@ void unsupported_type(const char* op, quant::DType type) {
   fail(ErrorCode::unsupported, "the CUDA backend has no {} kernel for {} tensors", op, quant::type_name(type));
 }
 
+void unsupported_head_dim(const char* op, int head_dim, int max) {
+  fail(ErrorCode::unsupported, "the CUDA backend's {} handles heads of at most {} values, not {}", op, max, head_dim);
+}
+
 namespace {
 
 class DeviceBuffer final : public backend::Buffer {
@@ -117,15 +121,12 @@ class CudaBackend final : public backend::Backend {
   void kv_store(const backend::Tensor& src, const backend::Tensor& cache, const backend::Tensor& slots) override {
     cuda::kv_store(stream_, src, cache, slots);
   }
-  void attention(const backend::Tensor&, const backend::Tensor&, const backend::Tensor&,
-                 const backend::AttentionParams&, const backend::Tensor&) override {
-    missing("attention");
+  void attention(const backend::Tensor& q, const backend::Tensor& k_cache, const backend::Tensor& v_cache,
+                 const backend::AttentionParams& params, const backend::Tensor& out) override {
+    cuda::attention(stream_, q, k_cache, v_cache, params, out);
   }
 
  private:
-  [[noreturn]] static void missing(const char* op) {
-    fail(ErrorCode::unsupported, "the CUDA backend does not implement '{}' yet; use Device::cpu", op);
-  }
   int device_;
   cudaStream_t stream_ = nullptr;
   Scratch scratch_;  // temporaries of the ops (quantized activations)

@@ -1,7 +1,7 @@
-// The CUDA backend (NVIDIA GPUs). At this stage it owns device memory, moves data and
-// runs every op but attention (cuda/ops/, first versions, docs/cuda.md); attention
-// reports ErrorCode::unsupported, so a host asking for Device::cuda gets a clear error
-// instead of wrong results.
+// The CUDA backend (NVIDIA GPUs): device memory, transfers and every op of the backend
+// contract (cuda/ops/), in first versions that favour correctness over speed and have
+// not yet run on a device (docs/cuda.md). Types without a kernel report
+// ErrorCode::unsupported.
 #pragma once
 
 #include <memory>

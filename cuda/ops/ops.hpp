@@ -18,6 +18,9 @@ void check(cudaError_t status, const char* what);
 // cuda_backend.cpp: fmt's compile-time format checks do not build under nvcc.)
 [[noreturn]] void unsupported_type(const char* op, quant::DType type);
 
+// Throws ErrorCode::unsupported: `op` handles heads of at most `max` values.
+[[noreturn]] void unsupported_head_dim(const char* op, int head_dim, int max);
+
 // Device address of a tensor's first byte.
 inline std::byte* device_ptr(const backend::Tensor& t) {
   return static_cast<std::byte*>(t.buffer->device_data()) + t.offset;
@@ -59,6 +62,12 @@ void rope(cudaStream_t stream, const backend::Tensor& x, const backend::Tensor& 
           const backend::RopeParams& params, const backend::Tensor& out);
 void copy_rows(cudaStream_t stream, const backend::Tensor& tensor, const backend::Tensor& src_rows,
                const backend::Tensor& dst_rows);
+
+// attention with the contract of backend::Backend::attention (paged cells, GQA, window,
+// softcap, H2O score_acc), every KV storage type, head_dim <= 256; a first version,
+// one thread block per (token, head) walking the cells (cuda/ops/attention.cu).
+void attention(cudaStream_t stream, const backend::Tensor& q, const backend::Tensor& k_cache,
+               const backend::Tensor& v_cache, const backend::AttentionParams& params, const backend::Tensor& out);
 
 // out[i] = dequantize(table[ids[i]]), bit-identical to quant::dequantize_row
 // (cuda/device/block_math.hpp). Every type ember reads (F32, F16, BF16, block formats).
