@@ -5,24 +5,28 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "backend/ops/get_rows.hpp"
-#include "backend/ops/kv_store.hpp"
-#include "backend/ops/matmul.hpp"
 #include "backend/op_helpers.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/elementwise.hpp"
+#include "backend/ops/get_rows.hpp"
 #include "backend/ops/glu.hpp"
+#include "backend/ops/kv_store.hpp"
+#include "backend/ops/matmul.hpp"
 #include "backend/ops/rms_norm.hpp"
 #include "backend/ops/rope.hpp"
 #include "backend/reference/reference_backend.hpp"
 #include "common/catch.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "ember/error.hpp"
+#include "model/golden_run.hpp"
 #include "quant/quant.hpp"
 
 int main(int argc, char** argv) {
@@ -336,5 +340,37 @@ TEST_CASE("CUDA attention over pages agrees with the reference for every KV type
         }
       }
     }
+  }
+}
+
+TEST_CASE("CUDA forward passes of the golden models agree with llama.cpp and the CPU", "[cuda]") {
+  namespace fs = std::filesystem;
+  if (!fs::exists(ember::test::golden_dir())) {
+    WARN("no golden models under " << ember::test::golden_dir() << "; skipped");
+    return;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(ember::test::golden_dir()))
+    if (e.path().extension() == ".gguf") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  REQUIRE(!names.empty());
+  auto gpu = ember::cuda::make_cuda_backend();
+  ember::cpu::CpuBackendOptions cpu_options;
+  cpu_options.threads = 2;
+  auto cpu = ember::cpu::make_cpu_backend(cpu_options);
+  for (const std::string& name : names) {
+    INFO(name);
+    const ember::test::GoldenCase g = ember::test::read_golden(ember::test::golden_dir(), name);
+    const std::vector<float> on_gpu = ember::test::run_golden(name, *gpu, g);
+    const std::vector<float> on_cpu = ember::test::run_golden(name, *cpu, g);
+    const auto vs_llama = ember::test::compare_logits(on_gpu, g.logits, g.vocab);
+    const auto vs_cpu = ember::test::compare_logits(on_gpu, on_cpu, g.vocab);
+    std::printf("cuda golden %-14s vs llama.cpp maxrel %.3e argmax %5.1f %%; vs CPU maxrel %.3e\n", name.c_str(),
+                vs_llama.maxrel, 100.0 * vs_llama.argmax_agree, vs_cpu.maxrel);
+    // The golden tolerances of the non-bit-identical formats (test_golden.cpp), and the
+    // issue's bound against the CPU backend.
+    CHECK(vs_llama.maxrel <= 5e-2);
+    CHECK(vs_llama.argmax_agree >= 0.90);
+    CHECK(vs_cpu.maxrel <= 1e-3);
   }
 }

@@ -7,10 +7,7 @@
 #include "common/catch.hpp"
 #include "common/paths.hpp"
 #include "cpu/cpu_backend.hpp"
-#include "kv/kv_cache.hpp"
-#include "model/forward.hpp"
-#include "model/golden.hpp"
-#include "model/loaded_model.hpp"
+#include "model/golden_run.hpp"
 
 using namespace ember;
 
@@ -33,31 +30,6 @@ Tolerance tolerance_for(const std::string& name) {
   return {5e-2, 0.90};
 }
 
-// Runs the golden sequence: the prompt as one batch, then the greedy tokens one by one.
-std::vector<float> run_golden(const std::string& name, backend::Backend& be, const test::GoldenCase& g) {
-  auto model = model::LoadedModel::open(test::golden_dir() / (name + ".gguf"), be);
-  REQUIRE(model->hparams.n_vocab == g.vocab);
-  kv::CacheConfig cfg;
-  cfg.n_layer = model->hparams.n_layer;
-  cfg.k_width = cfg.v_width = int64_t(model->hparams.n_head_kv) * model->hparams.head_dim_k;
-  cfg.storage = quant::DType::f16;
-  cfg.max_tokens = cfg.max_seq_tokens = 128;
-  kv::KVCache cache(be, cfg);
-  model::Forward forward(model->hparams, model->weights, be);
-
-  std::vector<float> all, logits;
-  std::vector<model::BatchToken> batch;
-  for (size_t i = 0; i < g.prompt.size(); ++i) batch.push_back({g.prompt[i], int32_t(i), 0, true});
-  REQUIRE(forward.run(cache, batch, logits) == batch.size());
-  all = logits;
-  for (size_t i = 0; i < g.greedy.size(); ++i) {
-    const model::BatchToken t{g.greedy[i], int32_t(g.prompt.size() + i), 0, true};
-    REQUIRE(forward.run(cache, std::span(&t, 1), logits) == 1);
-    all.insert(all.end(), logits.begin(), logits.end());
-  }
-  return all;
-}
-
 void check_golden(const std::string& name) {
   if (!std::filesystem::exists(test::golden_dir() / (name + ".gguf"))) {
     WARN("golden model " << name << " not found under " << test::golden_dir() << "; skipped");
@@ -65,7 +37,7 @@ void check_golden(const std::string& name) {
   }
   const test::GoldenCase g = test::read_golden(test::golden_dir(), name);
   auto be = cpu::make_cpu_backend({.threads = 2});
-  const std::vector<float> ours = run_golden(name, *be, g);
+  const std::vector<float> ours = test::run_golden(name, *be, g);
   const test::Agreement a = test::compare_logits(ours, g.logits, g.vocab);
   const Tolerance tol = tolerance_for(name);
   std::printf("golden %-14s maxrel %.3e (limit %.0e%s)  argmax agreement %5.1f %% (limit %.0f %%)\n", name.c_str(),
