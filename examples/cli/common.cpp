@@ -10,6 +10,11 @@
 
 namespace ember::cli {
 
+namespace {
+// The device of --device (every command accepts it): where load_model puts the model.
+Device g_device = Device::cpu;
+}  // namespace
+
 Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags_with_values,
            const std::vector<std::string>& switches, const std::map<std::string, std::string>& aliases) {
   auto contains = [](const std::vector<std::string>& v, const std::string& s) {
@@ -31,8 +36,20 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>&
       char* end = nullptr;
       std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0') throw UsageError(fmt::format("{} must be an integer, got '{}'", argv[i - 1], v));
-      std::fprintf(stderr, "ember: note: %s %s is ignored: the ember CLI runs every layer on the CPU\n",
+      std::fprintf(stderr, "ember: note: %s %s is ignored: ember runs all layers on one device (--device)\n",
                    argv[i - 1].c_str(), v.c_str());
+      continue;
+    }
+    if (name == "--device") {
+      if (i + 1 >= argv.size()) throw UsageError("--device needs a value: cpu or cuda");
+      const std::string& v = argv[++i];
+      if (v == "cpu") {
+        g_device = Device::cpu;
+      } else if (v == "cuda") {
+        g_device = Device::cuda;
+      } else {
+        throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", v));
+      }
       continue;
     }
     if (contains(switches, name)) {
@@ -109,6 +126,7 @@ std::shared_ptr<Model> load_model(const std::string& path, int threads, bool ver
   // Shared with the log callback, which outlives this function inside the model.
   auto bar = std::make_shared<ProgressBar>("loading " + path);
   ModelOptions options;
+  options.backend = g_device;
   options.threads = threads;
   options.vocab_only = vocab_only;
   options.progress = [bar](float f) {

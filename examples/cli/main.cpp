@@ -134,7 +134,9 @@ std::string usage_of(const Command& c) {
   const std::string name = c.name;
   if (name == "run" || name == "chat") u += kSamplingUsage;
   if (name == "run" || name == "perplexity" || name == "bench") u += kKVUsage;
-  u += "\nllama.cpp's -ngl N is accepted and ignored (the CLI runs on the CPU).\n";
+  u += "\n--device cpu|cuda (any command): where the model's weights and compute go (default cpu;\n"
+       "  cuda needs a build with the CUDA backend and a GPU, docs/cuda.md).\n";
+  u += "llama.cpp's -ngl N is accepted and ignored (use --device cuda to run on a GPU).\n";
   return u;
 }
 

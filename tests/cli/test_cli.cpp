@@ -47,7 +47,8 @@ TEST_CASE("wrong arguments print the usage and exit with code 2", "[cli]") {
   for (const char* args : {"", "frobnicate", "logits", "logits -m", "tokenize -p hi", "run -m x.gguf --temp",
                            "bench -m x.gguf -n -3", "bench -m x.gguf -d 8,,16", "bench -m x.gguf -p 4,x", "info -m x.gguf --bogus", "run -m x.gguf -p hi --kv-type int3",
                            "run -m x.gguf -p hi --evict lru", "perplexity -m x.gguf -f y --kv-group 48",
-                           "run -m x.gguf -p hi --evict streaming --sinks 8 --window 8"}) {
+                           "run -m x.gguf -p hi --evict streaming --sinks 8 --window 8", "info -m x.gguf --device tpu",
+                           "bench -m x.gguf --device"}) {
     INFO("ember " << args);
     const Run r = run_cli(args);
     CHECK(r.code == 2);
@@ -66,6 +67,16 @@ TEST_CASE("errors print the ember::Error message and exit with code 1", "[cli]")
   const Run bad = run_cli("info -m " + garbage);
   CHECK(bad.code == 1);
   CHECK_THAT(bad.out, Catch::Matchers::Contains("error (malformed_file)"));
+
+  // --device cuda: runs on a GPU where there is one, else says why not.
+  const auto gguf = ember::test::golden_dir() / "llama-Q8_0.gguf";
+  if (std::filesystem::exists(gguf)) {
+    const Run gpu = run_cli("info --device cuda -m " + quote(gguf));
+    if (gpu.code != 0) {
+      CHECK(gpu.code == 1);
+      CHECK_THAT(gpu.out, Catch::Matchers::Contains("CUDA"));  // "no CUDA device", "no CUDA backend"
+    }
+  }
 
   const auto vocab = ember::test::tokenizer_dir() / "ggml-vocab-gpt-2.gguf";
   if (std::filesystem::exists(vocab)) {
