@@ -51,9 +51,22 @@ EMBER_HD float mul_rn(float x, float y) {
 #endif
 }
 
+EMBER_HD void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v & 0xff);
+  p[1] = uint8_t(v >> 8);
+}
 EMBER_HD uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 EMBER_HD uint32_t load_u32(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// round to nearest, ties to even (the reference's std::nearbyint).
+EMBER_HD float round_even_f(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);
+#else
+  return std::nearbyint(v);
+#endif
 }
 
 // IEEE half -> float, exact (subnormals, infinities and NaN payloads kept).
@@ -163,13 +176,6 @@ EMBER_HD float q6_k_value(const uint8_t* b, int i) {
 
 constexpr int kQ8_1Bytes = 36, kQ8_KBytes = 292;
 
-EMBER_HD float round_even_f(float v) {
-#if defined(__CUDA_ARCH__)
-  return rintf(v);
-#else
-  return std::nearbyint(v);
-#endif
-}
 // max of |x[0, n)| with NaN ignored (std::fmax's rule).
 EMBER_HD float abs_max(const float* x, int n) {
   float amax = 0.0f;
@@ -179,11 +185,6 @@ EMBER_HD float abs_max(const float* x, int n) {
   }
   return amax;
 }
-EMBER_HD void put_u16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v & 0xff);
-  p[1] = uint8_t(v >> 8);
-}
-
 // One block of 32: d = max|x| / 127 (f16), q = round_half_even(x * (127 / max|x|)).
 EMBER_HD void q8_0_quantize(const float* x, uint8_t* out) {
   const float amax = abs_max(x, 32);

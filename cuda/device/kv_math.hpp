@@ -17,17 +17,9 @@ EMBER_HD constexpr int kv_q8_bytes(int group) { return group + 2; }
 EMBER_HD constexpr int kv_q4_bytes(int group) { return group / 2 + 4; }
 EMBER_HD constexpr int kv_q4o_bytes(int group) { return 4 + 3 * kKvOutliers + group / 2; }
 
-EMBER_HD float round_even(float v) {
-#if defined(__CUDA_ARCH__)
-  return rintf(v);
-#else
-  return std::nearbyint(v);
-#endif
-}
-
 // round_half_even(v) clamped to [lo, hi]; NaN becomes lo.
 EMBER_HD int round_clamp(float v, float lo, float hi) {
-  const float r = round_even(v);
+  const float r = round_even_f(v);
   return int(!(r >= lo) ? lo : (r > hi ? hi : r));
 }
 
@@ -40,10 +32,6 @@ EMBER_HD int popcount(unsigned v) {
 }
 
 EMBER_HD float abs_f(float v) { return v < 0.0f ? -v : (v == 0.0f ? 0.0f : v); }
-EMBER_HD void store_u16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v & 0xff);
-  p[1] = uint8_t(v >> 8);
-}
 
 // f16 nearest to v that is <= v / >= v.
 EMBER_HD uint16_t half_round_down(float v) {
@@ -64,7 +52,7 @@ EMBER_HD void kv_q8_quantize(const float* x, uint8_t* out, int group) {
   for (int j = 0; j < group; ++j) amax = abs_f(x[j]) > amax ? abs_f(x[j]) : amax;  // NaN ignored
   const uint16_t d = float_to_half(amax / 127.0f);
   const float scale = half_to_float(d);
-  store_u16(out, d);
+  put_u16(out, d);
   for (int j = 0; j < group; ++j)
     out[2 + j] = uint8_t(int8_t(scale > 0.0f ? round_clamp(x[j] / scale, -127.0f, 127.0f) : 0));
 }
@@ -163,8 +151,8 @@ EMBER_HD void kv_q4_quantize(const float* x, uint8_t* dm, uint8_t* packed, int g
       for (int j = 0; j < group; ++j) levels[j] = codes[j];
     }
   }
-  store_u16(dm, d);
-  store_u16(dm + 2, m);
+  put_u16(dm, d);
+  put_u16(dm + 2, m);
   for (int j = 0; j < group / 2; ++j) packed[j] = uint8_t(best_codes[j] | (best_codes[j + group / 2] << 4));
 }
 
@@ -187,7 +175,7 @@ EMBER_HD void kv_q4o_quantize(const float* src, uint8_t* out, int group) {
       if (!taken[j] && (best < 0 || abs_f(x[j]) > abs_f(x[best]))) best = j;
     taken[best] = true;
     const uint16_t v = float_to_half(x[best]);
-    store_u16(out + 2 * k, v);
+    put_u16(out + 2 * k, v);
     out[2 * kKvOutliers + k] = uint8_t(best);
     x[best] -= half_to_float(v);
   }

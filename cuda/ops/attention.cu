@@ -80,6 +80,19 @@ __device__ float block_sum(float v, float* scratch) {
   return s;
 }
 
+// The softcapped, scaled score of the query head in qh against the key of `slot`
+// (decoded into `key`), the same in every thread of the block.
+__device__ float cell_score(const uint8_t* k_cache, size_t k_stride, KvFormat kf, int64_t slot, int col,
+                            const backend::AttentionParams& p, const float* qh, float* key, float* scratch) {
+  decode_head(k_cache + size_t(slot) * k_stride, kf, col, p.head_dim, key);
+  __syncthreads();
+  float part = 0.0f;
+  for (int d = threadIdx.x; d < p.head_dim; d += kThreads) part += qh[d] * key[d];
+  float s = block_sum(part, scratch) * p.scale;
+  if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
+  return s;
+}
+
 __global__ void attention_kernel(const float* q, size_t q_stride, const uint8_t* k_cache, size_t k_stride,
                                  const uint8_t* v_cache, size_t v_stride, KvFormat kf, KvFormat vf,
                                  backend::AttentionParams p, Tables t, float* out, size_t out_stride) {
@@ -97,13 +110,8 @@ __global__ void attention_kernel(const float* q, size_t q_stride, const uint8_t*
   for (int c = 0; c < n_cells; ++c) {
     const int64_t slot = visible_slot(t, p, seq, pos, c);
     if (slot < 0) continue;
-    decode_head(k_cache + size_t(slot) * k_stride, kf, col, p.head_dim, key);
-    decode_head(v_cache + size_t(slot) * v_stride, vf, col, p.head_dim, value);
-    __syncthreads();
-    float part = 0.0f;
-    for (int d = threadIdx.x; d < p.head_dim; d += kThreads) part += qh[d] * key[d];
-    float s = block_sum(part, scratch) * p.scale;
-    if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
+    decode_head(v_cache + size_t(slot) * v_stride, vf, col, p.head_dim, value);  // read after the syncs below
+    const float s = cell_score(k_cache, k_stride, kf, slot, col, p, qh, key, scratch);
     float w;
     const float rescale = dev::softmax_push(state, s, &w);
     for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) acc[i] = acc[i] * rescale + w * value[d];
@@ -115,12 +123,7 @@ __global__ void attention_kernel(const float* q, size_t q_stride, const uint8_t*
   for (int c = 0; c < n_cells; ++c) {
     const int64_t slot = visible_slot(t, p, seq, pos, c);
     if (slot < 0) continue;
-    decode_head(k_cache + size_t(slot) * k_stride, kf, col, p.head_dim, key);
-    __syncthreads();
-    float part = 0.0f;
-    for (int d = threadIdx.x; d < p.head_dim; d += kThreads) part += qh[d] * key[d];
-    float s = block_sum(part, scratch) * p.scale;
-    if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
+    const float s = cell_score(k_cache, k_stride, kf, slot, col, p, qh, key, scratch);
     if (threadIdx.x == 0)
       atomicAdd(t.score_acc + size_t(seq) * t.score_stride + size_t(c) * p.n_head_kv + kv_head,
                 dev::exp_f(s - state.max) / state.sum);

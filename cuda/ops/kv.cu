@@ -1,6 +1,8 @@
 // kv_store and kv_load on the GPU. Quantized caches get one thread per group, running
 // the formats' reference arithmetic (cuda/device/kv_math.hpp), so a cache row written
 // here holds the bytes the CPU backend writes; F16 rounds to nearest even as the CPU does.
+#include <type_traits>
+
 #include "cuda/device/kv_math.hpp"
 #include "cuda/ops/ops.hpp"
 
@@ -32,7 +34,7 @@ __global__ void kv_store_kernel(const float* src, size_t src_stride, uint8_t* ca
     if constexpr (kKind == Kv::f32) {
       reinterpret_cast<float*>(out)[0] = x[0];
     } else if constexpr (kKind == Kv::f16) {
-      dev::store_u16(out, dev::float_to_half(x[0]));
+      dev::put_u16(out, dev::float_to_half(x[0]));
     } else if constexpr (kKind == Kv::q8) {
       dev::kv_q8_quantize(x, out, group);
     } else if constexpr (kKind == Kv::q4) {
@@ -82,6 +84,18 @@ KvType kv_type(DType type, const char* op) {
   }
 }
 
+// Calls f with std::integral_constant<Kv, kind>: one kernel instance per kind.
+template <class F>
+void with_kind(Kv kind, F&& f) {
+  switch (kind) {
+    case Kv::f32: return f(std::integral_constant<Kv, Kv::f32>{});
+    case Kv::f16: return f(std::integral_constant<Kv, Kv::f16>{});
+    case Kv::q8: return f(std::integral_constant<Kv, Kv::q8>{});
+    case Kv::q4: return f(std::integral_constant<Kv, Kv::q4>{});
+    case Kv::q4o: return f(std::integral_constant<Kv, Kv::q4o>{});
+  }
+}
+
 dim3 grid_for(int64_t units, int64_t rows) {
   return dim3(unsigned((units + kThreads - 1) / kThreads), unsigned(rows < kMaxGridRows ? rows : kMaxGridRows));
 }
@@ -98,13 +112,10 @@ void kv_store(cudaStream_t stream, const backend::Tensor& src, const backend::Te
   const auto* s = reinterpret_cast<const int32_t*>(device_ptr(slots));
   const size_t xs = src.row_stride / sizeof(float);
   const dim3 grid = grid_for(units, src.rows);
-  switch (k.kind) {
-    case Kv::f32: kv_store_kernel<Kv::f32><<<grid, kThreads, 0, stream>>>(x, xs, c, cache.row_stride, s, units, k.group, k.bytes, src.rows); break;
-    case Kv::f16: kv_store_kernel<Kv::f16><<<grid, kThreads, 0, stream>>>(x, xs, c, cache.row_stride, s, units, k.group, k.bytes, src.rows); break;
-    case Kv::q8: kv_store_kernel<Kv::q8><<<grid, kThreads, 0, stream>>>(x, xs, c, cache.row_stride, s, units, k.group, k.bytes, src.rows); break;
-    case Kv::q4: kv_store_kernel<Kv::q4><<<grid, kThreads, 0, stream>>>(x, xs, c, cache.row_stride, s, units, k.group, k.bytes, src.rows); break;
-    case Kv::q4o: kv_store_kernel<Kv::q4o><<<grid, kThreads, 0, stream>>>(x, xs, c, cache.row_stride, s, units, k.group, k.bytes, src.rows); break;
-  }
+  with_kind(k.kind, [&](auto kind) {
+    kv_store_kernel<decltype(kind)::value><<<grid, kThreads, 0, stream>>>(x, xs, c, cache.row_stride, s, units, k.group,
+                                                                          k.bytes, src.rows);
+  });
   check(cudaGetLastError(), "kv_store kernel launch");
 }
 
@@ -118,13 +129,10 @@ void kv_load(cudaStream_t stream, const backend::Tensor& cache, const backend::T
   auto* y = reinterpret_cast<float*>(device_ptr(out));
   const size_t ys = out.row_stride / sizeof(float);
   const dim3 grid = grid_for(units, out.rows);
-  switch (k.kind) {
-    case Kv::f32: kv_load_kernel<Kv::f32><<<grid, kThreads, 0, stream>>>(c, cache.row_stride, s, y, ys, units, k.group, k.bytes, out.rows); break;
-    case Kv::f16: kv_load_kernel<Kv::f16><<<grid, kThreads, 0, stream>>>(c, cache.row_stride, s, y, ys, units, k.group, k.bytes, out.rows); break;
-    case Kv::q8: kv_load_kernel<Kv::q8><<<grid, kThreads, 0, stream>>>(c, cache.row_stride, s, y, ys, units, k.group, k.bytes, out.rows); break;
-    case Kv::q4: kv_load_kernel<Kv::q4><<<grid, kThreads, 0, stream>>>(c, cache.row_stride, s, y, ys, units, k.group, k.bytes, out.rows); break;
-    case Kv::q4o: kv_load_kernel<Kv::q4o><<<grid, kThreads, 0, stream>>>(c, cache.row_stride, s, y, ys, units, k.group, k.bytes, out.rows); break;
-  }
+  with_kind(k.kind, [&](auto kind) {
+    kv_load_kernel<decltype(kind)::value><<<grid, kThreads, 0, stream>>>(c, cache.row_stride, s, y, ys, units, k.group,
+                                                                         k.bytes, out.rows);
+  });
   check(cudaGetLastError(), "kv_load kernel launch");
 }
 
