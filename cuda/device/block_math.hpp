@@ -13,33 +13,11 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define EMBER_HD __host__ __device__ __forceinline__
-#else
-#define EMBER_HD inline
-#endif
+#include "common/fp16.hpp"
+#include "common/hd.hpp"
+
 
 namespace ember::cuda::dev {
-
-EMBER_HD float bits_to_float(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
-}
-
-EMBER_HD uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t bits;
-  __builtin_memcpy(&bits, &f, sizeof bits);
-  return bits;
-#endif
-}
 
 // x * y rounded to float, never fused with what follows.
 EMBER_HD float mul_rn(float x, float y) {
@@ -69,41 +47,10 @@ EMBER_HD float round_even_f(float v) {
 #endif
 }
 
-// IEEE half -> float, exact (subnormals, infinities and NaN payloads kept).
-EMBER_HD float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0) {
-    if (mantissa == 0) return bits_to_float(sign);
-    const float value = float(mantissa) * (1.0f / 16777216.0f);  // mantissa * 2^-24, exact
-    return sign ? -value : value;
-  }
-  if (exponent == 31) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
-  return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
-
-// float -> IEEE half, rounded to nearest even (overflow to infinity, NaN stays NaN).
-EMBER_HD uint16_t float_to_half(float f) {
-  const uint32_t bits = float_to_bits(f);
-  const uint32_t sign = (bits >> 16) & 0x8000u;
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);
-  if (abs < 0x38800000u) {  // a half subnormal or zero
-    if (abs < 0x33000000u) return uint16_t(sign);
-    const uint32_t shift = 126 - (abs >> 23);
-    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t rest = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1);
-    uint32_t value = mantissa >> shift;
-    if (rest > half || (rest == half && (value & 1u))) ++value;
-    return uint16_t(sign | value);
-  }
-  const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
-  return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
-}
-
-EMBER_HD float bf16_to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
+// The conversions of common/fp16.hpp (host and device alike), under the names used here.
+EMBER_HD float half_to_float(uint16_t h) { return fp16_to_fp32(h); }
+EMBER_HD uint16_t float_to_half(float f) { return fp32_to_fp16(f); }
+EMBER_HD float bf16_to_float(uint16_t b) { return bf16_to_fp32(b); }
 EMBER_HD float half_at(const uint8_t* p) { return half_to_float(load_u16(p)); }
 
 // ---- 32-value blocks: value i (0..31) of the block at b ----

@@ -27,7 +27,7 @@ struct KvFormat {
 __device__ void decode_head(const uint8_t* row, KvFormat f, int col, int head_dim, float* dst) {
   if (f.kind <= 1) {
     for (int d = threadIdx.x; d < head_dim; d += kThreads)
-      dst[d] = f.kind == 0 ? dev::bits_to_float(dev::load_u32(row + 4 * size_t(col + d))) : dev::half_at(row + 2 * size_t(col + d));
+      dst[d] = f.kind == 0 ? bits_to_float(dev::load_u32(row + 4 * size_t(col + d))) : dev::half_at(row + 2 * size_t(col + d));
     return;
   }
   const int groups = head_dim / f.group, first = col / f.group;

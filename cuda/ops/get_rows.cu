@@ -12,7 +12,7 @@ using quant::DType;
 // Value c of a row, per format: kValues values in blocks of kBytes.
 struct F32 {
   static constexpr int kValues = 1, kBytes = 4;
-  static __device__ float value(const uint8_t* b, int) { return dev::bits_to_float(dev::load_u32(b)); }
+  static __device__ float value(const uint8_t* b, int) { return bits_to_float(dev::load_u32(b)); }
 };
 struct F16 {
   static constexpr int kValues = 1, kBytes = 2;

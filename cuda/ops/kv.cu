@@ -54,7 +54,7 @@ __global__ void kv_load_kernel(const uint8_t* cache, size_t cache_stride, const 
     const uint8_t* in = cache + size_t(slots[t]) * cache_stride + size_t(u) * bytes;
     float* y = out + size_t(t) * out_stride + size_t(u) * group;
     if constexpr (kKind == Kv::f32) {
-      y[0] = dev::bits_to_float(dev::load_u32(in));
+      y[0] = bits_to_float(dev::load_u32(in));
     } else if constexpr (kKind == Kv::f16) {
       y[0] = dev::half_at(in);
     } else if constexpr (kKind == Kv::q8) {

@@ -47,7 +47,7 @@ EMBER_WEIGHT_FORMAT(Q6_K, ActQ8_K, dev::kQ6_KBytes, q6_k_dot)
 #undef EMBER_WEIGHT_FORMAT
 
 struct F32 {
-  static __device__ float value(const uint8_t* row, int64_t i) { return dev::bits_to_float(dev::load_u32(row + 4 * i)); }
+  static __device__ float value(const uint8_t* row, int64_t i) { return bits_to_float(dev::load_u32(row + 4 * i)); }
 };
 struct F16 {
   static __device__ float value(const uint8_t* row, int64_t i) { return dev::half_at(row + 2 * i); }

@@ -1,24 +1,35 @@
-// IEEE half (binary16) and bfloat16 conversions, bit exact, no hardware needed.
+// IEEE half (binary16) and bfloat16 conversions, bit exact, no hardware needed. Shared
+// with the CUDA kernels (EMBER_HD: host and device alike, cuda/device/).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "common/hd.hpp"
+
 namespace ember {
 
-inline float bits_to_float(uint32_t bits) {
+EMBER_HD float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
+#endif
 }
-inline uint32_t float_to_bits(float f) {
+EMBER_HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
   return bits;
+#endif
 }
 
 // binary16 -> binary32, exact for every input (subnormals, inf, NaN).
-inline float fp16_to_fp32(uint16_t h) {
+EMBER_HD float fp16_to_fp32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;
@@ -33,7 +44,7 @@ inline float fp16_to_fp32(uint16_t h) {
 }
 
 // binary32 -> binary16 with round-to-nearest-even; overflow gives inf, NaN stays NaN.
-inline uint16_t fp32_to_fp16(float f) {
+EMBER_HD uint16_t fp32_to_fp16(float f) {
   const uint32_t bits = float_to_bits(f);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs = bits & 0x7fffffffu;
@@ -56,10 +67,10 @@ inline uint16_t fp32_to_fp16(float f) {
   return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
 }
 
-inline float bf16_to_fp32(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
+EMBER_HD float bf16_to_fp32(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
 
 // binary32 -> bfloat16, round-to-nearest-even; NaN stays a quiet NaN.
-inline uint16_t fp32_to_bf16(float f) {
+EMBER_HD uint16_t fp32_to_bf16(float f) {
   const uint32_t bits = float_to_bits(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);
   return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);

@@ -56,31 +56,6 @@ int mismatches(const Format& f, const std::vector<uint8_t>& row, int64_t n) {
 
 }  // namespace
 
-TEST_CASE("device half and bfloat16 conversions equal the reference bit for bit", "[cuda_math]") {
-  int bad = 0;
-  for (uint32_t h = 0; h < 65536; ++h) {
-    if (!same(dev::half_to_float(uint16_t(h)), ember::fp16_to_fp32(uint16_t(h)))) ++bad;
-    if (!same(dev::bf16_to_float(uint16_t(h)), ember::bf16_to_fp32(uint16_t(h)))) ++bad;
-  }
-  CHECK(bad == 0);
-
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<uint32_t> any;
-  std::vector<float> cases = {0.0f, -0.0f, 65504.0f, 65520.0f, -65519.9f, 6.1035156e-05f, 5.9604645e-08f,
-                              2.9802322e-08f, 2.9802326e-08f, 1e-10f, INFINITY, -INFINITY, NAN};
-  for (int i = 0; i < 200000; ++i) {
-    const uint32_t b = any(rng);
-    float f;
-    std::memcpy(&f, &b, 4);
-    cases.push_back(f);
-    cases.push_back(std::ldexp(float(i % 2048) / 2048.0f + 1.0f, i % 40 - 30));  // the half range, densely
-  }
-  bad = 0;
-  for (float f : cases)
-    if (dev::float_to_half(f) != ember::fp32_to_fp16(f)) ++bad;
-  CHECK(bad == 0);
-}
-
 TEST_CASE("device block values equal quant::dequantize_row bit for bit", "[cuda_math]") {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
