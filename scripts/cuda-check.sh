@@ -4,7 +4,8 @@
 # them prebuilt), runs the host-side block-math test, each CUDA test case in its own
 # process (a kernel fault poisons a CUDA context; the golden models one per process too),
 # compute-sanitizer memcheck on the small op tests when it is installed, measures the
-# ceilings (device copy GB/s, a BF16 GEMM through PyTorch's cuBLAS), then
+# ceilings (device copy GB/s, a BF16 GEMM through PyTorch's cuBLAS), the kernels
+# (bench/cuda_bench.cpp: matmul per format, attention at 1k/16k), then
 # `ember bench --device cuda` on generated models of the TinyLlama-1.1B shape (Q4_0,
 # Q4_K_M), a Gemma-3-270M-like shape (Q8_0: 640 wide, 262,144 vocabulary), a Llama-3-8B
 # shape (Q4_0) and on the real Gemma 3 270M file when present (EMBER_MODEL, else ember's
@@ -25,7 +26,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ -n "${PACK:-}" ]; then  # here, after a build with -DEMBER_CUDA=ON: the binaries and inputs
   build="${BUILD_DIR:-$root/build-cuda}"
   mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/shared/golden"
-  for b in tests/cuda/test_cuda tests/cuda/test_block_math examples/ember bench/ember-make-model; do
+  for b in tests/cuda/test_cuda tests/cuda/test_block_math examples/ember bench/ember-make-model \
+           bench/ember-cuda-bench; do
     cp "$build/$b" "$PACK/bin/" && strip "$PACK/bin/$(basename "$b")" || exit 1
   done
   cudart="$(ldd "$PACK/bin/test_cuda" | awk '/libcudart/ {print $3}')"
@@ -71,7 +73,7 @@ record device "${gpu:+ok}${gpu:-none}" 0 "\"gpu\": \"${gpu:-none}\""
 if [ -n "${PREBUILT:-}" ]; then
   pre="$(cd "$PREBUILT" && pwd)"
   test_cuda="$pre/bin/test_cuda" block_math="$pre/bin/test_block_math"
-  ember="$pre/bin/ember" make_model_bin="$pre/bin/ember-make-model"
+  ember="$pre/bin/ember" make_model_bin="$pre/bin/ember-make-model" cuda_bench="$pre/bin/ember-cuda-bench"
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$pre/lib"
   [ -d "$pre/shared" ] && export EMBER_SHARED_DIR="$pre/shared"
   record prebuilt ok 0 "\"dir\": \"$pre\""
@@ -79,9 +81,9 @@ else
   stage configure timeout 300 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" || exit 1
   stage build timeout 900 cmake --build "$build" -j "$jobs" --target test_cuda test_block_math ember_cli \
-    ember_make_model || exit 1
+    ember_make_model ember_cuda_bench || exit 1
   test_cuda="$build/tests/cuda/test_cuda" block_math="$build/tests/cuda/test_block_math"
-  ember="$build/examples/ember" make_model_bin="$build/bench/ember-make-model"
+  ember="$build/examples/ember" make_model_bin="$build/bench/ember-make-model" cuda_bench="$build/bench/ember-cuda-bench"
 fi
 
 stage test_block_math timeout 120 "$block_math"
@@ -100,12 +102,13 @@ for f in "$golden_dir"/*.gguf; do
 done
 
 if command -v compute-sanitizer > /dev/null 2>&1; then
-  stage memcheck timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$test_cuda" \
-    "CUDA get_rows*" "CUDA kv_store*" "CUDA small ops*" "CUDA matmul*" "CUDA attention*"
+  stage memcheck timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$test_cuda" \
+    "CUDA get_rows*,CUDA kv_store*,CUDA small ops*,CUDA matmul*,CUDA attention*"
 else
   record memcheck skipped 0 '"why": "compute-sanitizer not found"'
 fi
 stage ceilings timeout 120 python3 "$root/scripts/cuda-ceilings.py"
+stage kernels timeout 180 "$cuda_bench"
 
 make_model() {  # make_model FILE ARGS...: generates once, reused by later runs
   local file="$1"; shift
@@ -135,6 +138,7 @@ echo
 echo "== summary ($log)"
 cat "$log"
 [ -s "$out/golden.txt" ] && { echo; cat "$out/golden.txt"; }
+[ -s "$out/kernels.log" ] && { echo; cat "$out/kernels.log"; }
 for f in "$out"/bench_*.log; do
   [ -e "$f" ] || continue
   echo

@@ -103,21 +103,51 @@ __global__ void attention_kernel(const float* q, size_t q_stride, const uint8_t*
   float* oh = out + size_t(token) * out_stride + size_t(h) * p.head_dim;
   const bool valid = seq >= 0 && seq < t.n_seq;
   const int n_cells = valid ? t.seq_cells[seq] : 0;
-  for (int d = threadIdx.x; d < p.head_dim; d += kThreads) qh[d] = q[size_t(token) * q_stride + size_t(h) * p.head_dim + d];
+  // Over an F16 cache the queries and the probabilities are rounded to F16, as the CPU
+  // backend and llama.cpp do (the rounding moves scores by ~1e-4, enough to flip the
+  // next matmul's 8-bit activation roundings and move quantized models' logits by 1 %).
+  const bool f16 = kf.kind == 1;
+  for (int d = threadIdx.x; d < p.head_dim; d += kThreads) {
+    const float x = q[size_t(token) * q_stride + size_t(h) * p.head_dim + d];
+    qh[d] = f16 ? dev::half_to_float(dev::float_to_half(x)) : x;
+  }
   float acc[kMaxHeadDim / kThreads] = {};
   dev::SoftmaxState state = dev::softmax_start();
   __syncthreads();
-  for (int c = 0; c < n_cells; ++c) {
-    const int64_t slot = visible_slot(t, p, seq, pos, c);
-    if (slot < 0) continue;
-    decode_head(v_cache + size_t(slot) * v_stride, vf, col, p.head_dim, value);  // read after the syncs below
-    const float s = cell_score(k_cache, k_stride, kf, slot, col, p, qh, key, scratch);
-    float w;
-    const float rescale = dev::softmax_push(state, s, &w);
-    for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) acc[i] = acc[i] * rescale + w * value[d];
-    __syncthreads();  // key and value are overwritten next
+  if (!f16) {
+    // One pass: an online softmax over the cells.
+    for (int c = 0; c < n_cells; ++c) {
+      const int64_t slot = visible_slot(t, p, seq, pos, c);
+      if (slot < 0) continue;
+      decode_head(v_cache + size_t(slot) * v_stride, vf, col, p.head_dim, value);  // read after the syncs below
+      const float s = cell_score(k_cache, k_stride, kf, slot, col, p, qh, key, scratch);
+      float w;
+      const float rescale = dev::softmax_push(state, s, &w);
+      for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) acc[i] = acc[i] * rescale + w * value[d];
+      __syncthreads();  // key and value are overwritten next
+    }
+    for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) oh[d] = state.sum > 0.0f ? acc[i] / state.sum : 0.0f;
+  } else {
+    // Two passes: the maximum and the total first, then the values weighted by the
+    // F16-rounded probabilities.
+    for (int c = 0; c < n_cells; ++c) {
+      const int64_t slot = visible_slot(t, p, seq, pos, c);
+      if (slot < 0) continue;
+      float w;
+      dev::softmax_push(state, cell_score(k_cache, k_stride, kf, slot, col, p, qh, key, scratch), &w);
+    }
+    const float inv = state.sum > 0.0f ? 1.0f / state.sum : 0.0f;
+    for (int c = 0; c < n_cells; ++c) {
+      const int64_t slot = visible_slot(t, p, seq, pos, c);
+      if (slot < 0) continue;
+      decode_head(v_cache + size_t(slot) * v_stride, vf, col, p.head_dim, value);  // read after the syncs below
+      const float s = cell_score(k_cache, k_stride, kf, slot, col, p, qh, key, scratch);
+      const float w = dev::half_to_float(dev::float_to_half(dev::exp_f(s - state.max) * inv));
+      for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) acc[i] += w * value[d];
+      __syncthreads();
+    }
+    for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) oh[d] = acc[i];
   }
-  for (int i = 0, d = threadIdx.x; d < p.head_dim; ++i, d += kThreads) oh[d] = state.sum > 0.0f ? acc[i] / state.sum : 0.0f;
   if (t.score_acc == nullptr || state.sum <= 0.0f) return;
   // H2O: each visible cell's probability, summed into its (cell, kv head) entry.
   for (int c = 0; c < n_cells; ++c) {

@@ -4,6 +4,8 @@
 // weight row walks its blocks, lanes striding over them, for up to kTokens tokens per
 // pass, and reduces with shuffles. Rows of more tokens take several passes: this is a
 // decode kernel (issue 16 asks for tensor-core prefill separately).
+#include <type_traits>
+
 #include "cuda/device/block_math.hpp"
 #include "cuda/ops/ops.hpp"
 
@@ -80,10 +82,67 @@ __global__ void matmul_blocks_kernel(const uint8_t* w, size_t w_stride, const ui
   if (row >= n_out) return;
   const uint8_t* wr = w + size_t(row) * w_stride;
   float acc[kTokens] = {};
+#pragma unroll 2
   for (int64_t b = lane; b < nb; b += 32) {
     const uint8_t* wb = wr + size_t(b) * W::kBytes;
     for (int t = 0; t < kTokens; ++t)
       if (t < n_tok) acc[t] += W::dot(wb, a + size_t(t) * a_row_bytes + size_t(b) * W::Act::kBytes);
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    if (t >= n_tok) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
+  }
+}
+
+// A 4-byte word at a 2-byte-aligned address (blocks of 18 and 34 bytes).
+__device__ int load_word2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return int(uint32_t(h[0]) | uint32_t(h[1]) << 16);
+}
+
+// Q4_0 and Q8_0 weights against Q8_0 activations with __dp4a: four lanes per 32-value
+// block, eight blocks of the row per warp step. A block's integer sum is exact in any
+// order, so each block's term is the contract's mul_rn(d_w, d_a) * sum; the terms of a
+// row are added in another order than the reference's (the tolerance of test_cuda).
+template <bool kQ8>
+__global__ void matmul_q8act_dp4a_kernel(const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes,
+                                         float* out, size_t out_stride, int64_t n_out, int64_t nb, int n_tok) {
+  constexpr int kWB = kQ8 ? dev::kQ8_0Bytes : dev::kQ4_0Bytes;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, sub = lane & 3;
+  if (row >= n_out) return;  // the whole warp: one row per warp
+  const uint8_t* wr = w + size_t(row) * w_stride;
+  float acc[kTokens] = {};
+#pragma unroll 4
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const int64_t b = b0 + (lane >> 2);
+    const bool ok = b < nb;  // every lane takes part in the shuffles below
+    const uint8_t* wb = wr + size_t(ok ? b : 0) * kWB;
+    int w0, w1;
+    if (kQ8) {
+      w0 = load_word2(wb + 2 + 8 * sub);
+      w1 = load_word2(wb + 6 + 8 * sub);
+    } else {
+      const int q = load_word2(wb + 2 + 4 * sub);  // values 4sub.. (low nibbles), 16 + 4sub.. (high)
+      w0 = q & 0x0f0f0f0f;
+      w1 = (q >> 4) & 0x0f0f0f0f;
+    }
+    const float dw = dev::half_at(wb);
+    for (int t = 0; t < kTokens; ++t) {
+      if (t >= n_tok) break;
+      const uint8_t* ab = a + size_t(t) * a_row_bytes + size_t(ok ? b : 0) * dev::kQ8_0Bytes;
+      int s;
+      if (kQ8) {
+        s = __dp4a(w0, load_word2(ab + 2 + 8 * sub), __dp4a(w1, load_word2(ab + 6 + 8 * sub), 0));
+      } else {
+        const int a0 = load_word2(ab + 2 + 4 * sub), a1 = load_word2(ab + 18 + 4 * sub);
+        s = __dp4a(w0, a0, __dp4a(w1, a1, 0)) - 8 * __dp4a(0x01010101, a0, __dp4a(0x01010101, a1, 0));
+      }
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (ok && sub == 0) acc[t] += dev::mul_rn(dw, dev::half_at(ab)) * float(s);
+    }
   }
   for (int t = 0; t < kTokens; ++t) {
     if (t >= n_tok) break;
@@ -130,8 +189,19 @@ void run_blocks(cudaStream_t stream, const backend::Tensor& weights, const backe
   const size_t y_stride = out.row_stride / sizeof(float);
   for (int64_t t0 = 0; t0 < n_tok; t0 += kTokens) {
     const int nt = int(n_tok - t0 < kTokens ? n_tok - t0 : kTokens);
+    const auto* wp = reinterpret_cast<const uint8_t*>(device_ptr(weights));
+    const bool aligned = weights.row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(wp) % 2 == 0;
+    if constexpr (std::is_same_v<W, Q4_0> || std::is_same_v<W, Q8_0>) {
+      if (aligned) {
+        matmul_q8act_dp4a_kernel<std::is_same_v<W, Q8_0>><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
+            wp, weights.row_stride, a + size_t(t0) * a_row_bytes, a_row_bytes, y + size_t(t0) * y_stride, y_stride,
+            weights.rows, nb, nt);
+        check(cudaGetLastError(), "matmul kernel launch");
+        continue;
+      }
+    }
     matmul_blocks_kernel<W><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
-        reinterpret_cast<const uint8_t*>(device_ptr(weights)), weights.row_stride, a + size_t(t0) * a_row_bytes,
+        wp, weights.row_stride, a + size_t(t0) * a_row_bytes,
         a_row_bytes, y + size_t(t0) * y_stride, y_stride, weights.rows, nb, nt);
     check(cudaGetLastError(), "matmul kernel launch");
   }

@@ -342,10 +342,12 @@ TEST_CASE("CUDA attention over pages agrees with the reference for every KV type
             results[k] = p.get(out);
             scores[k++] = p.get(ap.score_acc);
           }
-          // The kernel computes in f32 from the exactly decoded cache (the CPU backend, which
-          // rounds queries to F16 over an F16 cache as llama.cpp does, needs 2e-3 there).
-          CHECK(max_abs_diff(results[0], results[1]) <= 1e-4 * max_abs(results[1]));
-          CHECK(max_abs_diff(scores[0], scores[1]) <= 1e-5 * 7 * n_head);
+          // The kernel computes in f32 from the exactly decoded cache; over an F16 cache it
+          // rounds queries and probabilities to F16 as the CPU backend and llama.cpp do, and
+          // takes the CPU backend's tolerance there (tests/backend/test_ops.cpp).
+          const bool f16 = storage == DType::f16;
+          CHECK(max_abs_diff(results[0], results[1]) <= (f16 ? 2e-3 : 1e-4) * max_abs(results[1]));
+          CHECK(max_abs_diff(scores[0], scores[1]) <= (f16 ? 1e-3 : 1e-5) * 7 * n_head);
         }
       }
     }
