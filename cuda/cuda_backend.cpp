@@ -123,13 +123,14 @@ class CudaBackend final : public backend::Backend {
   }
   void attention(const backend::Tensor& q, const backend::Tensor& k_cache, const backend::Tensor& v_cache,
                  const backend::AttentionParams& params, const backend::Tensor& out) override {
-    cuda::attention(stream_, q, k_cache, v_cache, params, out);
+    cuda::attention(stream_, q, k_cache, v_cache, params, out, attention_scratch_);
   }
 
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
-  Scratch scratch_;  // temporaries of the ops (quantized activations)
+  Scratch scratch_;            // temporaries of the ops (quantized activations)
+  Scratch attention_scratch_;  // attention's scores, statistics and partial outputs
 };
 
 }  // namespace

@@ -229,13 +229,23 @@ EMBER_HD float k_dot(const uint8_t* w, const uint8_t* a, Code code) {
   const float da = q8_k_d(a);
   return mul_rn(mul_rn(half_at(w), da), float(scaled)) - mul_rn(mul_rn(half_at(w + 2), da), float(mins));
 }
+// Code l (0..31) of sub-block j (0..7) of a Q4_K / Q5_K super-block.
+EMBER_HD int q4_k_code(const uint8_t* w, int j, int l) { return (w[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15; }
+EMBER_HD int q5_k_code(const uint8_t* w, int j, int l) {
+  return ((w[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15) | ((w[16 + l] >> j) & 1) << 4;
+}
 EMBER_HD float q4_k_dot(const uint8_t* w, const uint8_t* a) {
-  return k_dot(w, a, [w](int j, int l) { return (w[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15; });
+  return k_dot(w, a, [w](int j, int l) { return q4_k_code(w, j, l); });
 }
 EMBER_HD float q5_k_dot(const uint8_t* w, const uint8_t* a) {
-  return k_dot(w, a, [w](int j, int l) {
-    return ((w[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15) | ((w[16 + l] >> j) & 1) << 4;
-  });
+  return k_dot(w, a, [w](int j, int l) { return q5_k_code(w, j, l); });
+}
+// Code i (0..255) of a Q6_K super-block (0..63).
+EMBER_HD int q6_k_code(const uint8_t* w, int i) {
+  const int h = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+  const uint8_t low_byte = w[64 * h + l + 32 * (quarter & 1)];
+  const int low = quarter < 2 ? (low_byte & 15) : (low_byte >> 4);
+  return low | ((w[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4;
 }
 // Q6_K with a Q8_K block: d * d_a * sum_g sc[g] * sum((q - 32) * q_a) over 16 groups of 16.
 EMBER_HD float q6_k_dot(const uint8_t* w, const uint8_t* a) {
@@ -243,11 +253,8 @@ EMBER_HD float q6_k_dot(const uint8_t* w, const uint8_t* a) {
   for (int g = 0; g < 16; ++g) {
     int32_t s = 0;
     for (int k = 0; k < 16; ++k) {
-      const int i = 16 * g + k, h = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
-      const uint8_t low_byte = w[64 * h + l + 32 * (quarter & 1)];
-      const int low = quarter < 2 ? (low_byte & 15) : (low_byte >> 4);
-      const int code = low | ((w[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4;
-      s += (code - 32) * int32_t(int8_t(a[4 + i]));
+      const int i = 16 * g + k;
+      s += (q6_k_code(w, i) - 32) * int32_t(int8_t(a[4 + i]));
     }
     total += int32_t(int8_t(w[192 + g])) * s;
   }

@@ -160,6 +160,195 @@ __global__ void attention_kernel(const float* q, size_t q_stride, const uint8_t*
   }
 }
 
+// ---- split-K attention for F16 and F32 caches ----
+// Three kernels over (query token, kv head, split of kSplitCells cells): (1) each warp
+// scores whole cells against every query head of the group (the key read once into
+// registers), storing the scores and each split's (max, total); (2) each split merges
+// the splits' statistics into the head's, turns its scores into probabilities (F16-rounded
+// over an F16 cache, as above), adds the H2O probabilities, and accumulates its values,
+// one thread per value column; (3) the splits' partial outputs are added in split order.
+
+constexpr int kSplitCells = 256;
+constexpr int kMaxGroup = 16;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerLane = kMaxHeadDim / 32;
+
+struct Split {
+  const float* q;
+  size_t q_stride;
+  const uint8_t *k, *v;
+  size_t k_stride, v_stride;
+  bool f16;
+  int group, n_split, padded_cells;  // padded_cells = n_split * kSplitCells
+  float* scores;                     // [token][head][padded_cells]
+  float2* stats;                     // [token][head][split]: (max, total)
+  float* part;                       // [token][head][split][head_dim]
+};
+
+__device__ float cache_value(const uint8_t* row, bool f16, int i) {
+  return f16 ? dev::half_to_float(reinterpret_cast<const uint16_t*>(row)[i]) : reinterpret_cast<const float*>(row)[i];
+}
+
+__device__ float warp_all_sum(float v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void split_scores_kernel(Split a, backend::AttentionParams p, Tables t) {
+  __shared__ float qs[kMaxGroup * kMaxHeadDim];
+  __shared__ float wmax[kWarps][kMaxGroup], wsum[kWarps][kMaxGroup];
+  const int64_t token = blockIdx.x;
+  const int kvh = blockIdx.y, split = blockIdx.z, hd = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = t.token_pos[token], seq = t.token_seq[token];
+  const int n_cells = seq >= 0 && seq < t.n_seq ? t.seq_cells[seq] : 0;
+  const int h0 = kvh * a.group;
+  for (int i = threadIdx.x; i < a.group * hd; i += kThreads) {
+    const float x = a.q[size_t(token) * a.q_stride + size_t(h0) * hd + i];
+    qs[i] = a.f16 ? dev::half_to_float(dev::float_to_half(x)) : x;
+  }
+  __syncthreads();
+  float m[kMaxGroup], l[kMaxGroup];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) m[g] = -INFINITY, l[g] = 0.0f;
+  const int c_end = min(n_cells, (split + 1) * kSplitCells);
+  const size_t elem = a.f16 ? 2 : 4;
+  for (int c = split * kSplitCells + warp; c < c_end; c += kWarps) {
+    const int64_t slot = visible_slot(t, p, seq, pos, c);
+    float* srow = a.scores + (size_t(token) * p.n_head + h0) * a.padded_cells + c;
+    if (slot < 0) {
+      if (lane < a.group) srow[size_t(lane) * a.padded_cells] = -INFINITY;
+      continue;
+    }
+    const uint8_t* krow = a.k + size_t(slot) * a.k_stride + size_t(kvh) * hd * elem;
+    float kv[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) kv[i] = lane + 32 * i < hd ? cache_value(krow, a.f16, lane + 32 * i) : 0.0f;
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= a.group) break;
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < hd) dot += kv[i] * qs[g * hd + lane + 32 * i];
+      float s = warp_all_sum(dot) * p.scale;
+      if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
+      if (lane == 0) srow[size_t(g) * a.padded_cells] = s;
+      if (s > m[g]) {
+        l[g] = l[g] * dev::exp_f(m[g] - s) + 1.0f;  // exp(-inf) = 0 for the first
+        m[g] = s;
+      } else {
+        l[g] += dev::exp_f(s - m[g]);
+      }
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g)
+      if (g < a.group) wmax[warp][g] = m[g], wsum[warp][g] = l[g];
+  }
+  __syncthreads();
+  if (threadIdx.x < a.group) {
+    const int g = threadIdx.x;
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, wmax[w][g]);
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (wsum[w][g] > 0.0f) sum += wsum[w][g] * dev::exp_f(wmax[w][g] - mx);
+    a.stats[(size_t(token) * p.n_head + h0 + g) * a.n_split + split] = make_float2(mx, sum);
+  }
+}
+
+__global__ void split_values_kernel(Split a, backend::AttentionParams p, Tables t) {
+  __shared__ float prob[kMaxGroup][kSplitCells];
+  __shared__ int64_t slots[kSplitCells];
+  __shared__ float head_max[kMaxGroup], head_inv[kMaxGroup];
+  const int64_t token = blockIdx.x;
+  const int kvh = blockIdx.y, split = blockIdx.z, hd = p.head_dim;
+  const int pos = t.token_pos[token], seq = t.token_seq[token];
+  const int n_cells = seq >= 0 && seq < t.n_seq ? t.seq_cells[seq] : 0;
+  const int h0 = kvh * a.group, c0 = split * kSplitCells;
+  const int n = max(0, min(n_cells - c0, kSplitCells));
+  if (threadIdx.x < a.group) {
+    const float2* st = a.stats + (size_t(token) * p.n_head + h0 + threadIdx.x) * a.n_split;
+    float mx = -INFINITY;
+    for (int s = 0; s < a.n_split; ++s) mx = fmaxf(mx, st[s].x);
+    float sum = 0.0f;
+    for (int s = 0; s < a.n_split; ++s)
+      if (st[s].y > 0.0f) sum += st[s].y * dev::exp_f(st[s].x - mx);
+    head_max[threadIdx.x] = mx;
+    head_inv[threadIdx.x] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  for (int j = threadIdx.x; j < n; j += kThreads) slots[j] = visible_slot(t, p, seq, pos, c0 + j);
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.group * n; i += kThreads) {
+    const int g = i / n, j = i % n;
+    float w = 0.0f;
+    if (slots[j] >= 0) {
+      const float s = a.scores[(size_t(token) * p.n_head + h0 + g) * a.padded_cells + c0 + j];
+      w = dev::exp_f(s - head_max[g]) * head_inv[g];
+    }
+    prob[g][j] = w;
+  }
+  __syncthreads();
+  if (t.score_acc != nullptr) {
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      if (slots[j] < 0) continue;
+      float sum = 0.0f;
+      for (int g = 0; g < a.group; ++g) sum += prob[g][j];
+      atomicAdd(t.score_acc + size_t(seq) * t.score_stride + size_t(c0 + j) * p.n_head_kv + kvh, sum);
+    }
+  }
+  if (a.f16) {
+    __syncthreads();  // the H2O sums above read the unrounded probabilities
+    for (int i = threadIdx.x; i < a.group * n; i += kThreads) {
+      const int g = i / n, j = i % n;
+      prob[g][j] = dev::half_to_float(dev::float_to_half(prob[g][j]));
+    }
+  }
+  __syncthreads();
+  constexpr int kCols = kMaxHeadDim / kThreads;
+  float acc[kMaxGroup][kCols] = {};
+  const size_t elem = a.f16 ? 2 : 4;
+  for (int j = 0; j < n; ++j) {
+    if (slots[j] < 0) continue;
+    const uint8_t* vrow = a.v + size_t(slots[j]) * a.v_stride + size_t(kvh) * hd * elem;
+    float v[kCols];
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int d = threadIdx.x + kThreads * i;
+      v[i] = d < hd ? cache_value(vrow, a.f16, d) : 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= a.group) break;
+      const float w = prob[g][j];
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) acc[g][i] += w * v[i];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= a.group) break;
+    float* dst = a.part + ((size_t(token) * p.n_head + h0 + g) * a.n_split + split) * hd;
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int d = threadIdx.x + kThreads * i;
+      if (d < hd) dst[d] = acc[g][i];
+    }
+  }
+}
+
+__global__ void split_reduce_kernel(Split a, int n_head, int hd, float* out, size_t out_stride) {
+  const int64_t token = blockIdx.x;
+  const int h = blockIdx.y;
+  const float* src = a.part + (size_t(token) * n_head + h) * a.n_split * hd;
+  for (int d = threadIdx.x; d < hd; d += kThreads) {
+    float sum = 0.0f;
+    for (int s = 0; s < a.n_split; ++s) sum += src[size_t(s) * hd + d];
+    out[size_t(token) * out_stride + size_t(h) * hd + d] = sum;
+  }
+}
+
 KvFormat kv_format(DType type) {
   switch (type) {
     case DType::f32: return {0, 1, 4};
@@ -179,7 +368,8 @@ const int32_t* i32(const backend::Tensor& t) { return reinterpret_cast<const int
 }  // namespace
 
 void attention(cudaStream_t stream, const backend::Tensor& q, const backend::Tensor& k_cache,
-               const backend::Tensor& v_cache, const backend::AttentionParams& params, const backend::Tensor& out) {
+               const backend::Tensor& v_cache, const backend::AttentionParams& params, const backend::Tensor& out,
+               Scratch& scratch) {
   if (q.rows == 0 || params.n_head == 0) return;
   if (params.head_dim > kMaxHeadDim) unsupported_head_dim("attention", params.head_dim, kMaxHeadDim);
   Tables t{};
@@ -200,6 +390,39 @@ void attention(cudaStream_t stream, const backend::Tensor& q, const backend::Ten
   }
   backend::AttentionParams p = params;  // the kernel takes the scalars by value
   p.token_pos = p.token_seq = p.page_table = p.seq_cells = p.cell_pos = p.score_acc = {};
+  const int group = params.n_head / params.n_head_kv;
+  const int n_split = int((t.max_cells + kSplitCells - 1) / kSplitCells);
+  const size_t score_bytes = size_t(q.rows) * size_t(params.n_head) * size_t(n_split) * kSplitCells * sizeof(float);
+  const bool float_cache = (k_cache.type == DType::f16 || k_cache.type == DType::f32) && v_cache.type == k_cache.type;
+  if (float_cache && group <= kMaxGroup && n_split > 0 && score_bytes <= (size_t(256) << 20)) {
+    Split a{};
+    a.q = reinterpret_cast<const float*>(device_ptr(q));
+    a.q_stride = q.row_stride / sizeof(float);
+    a.k = reinterpret_cast<const uint8_t*>(device_ptr(k_cache));
+    a.v = reinterpret_cast<const uint8_t*>(device_ptr(v_cache));
+    a.k_stride = k_cache.row_stride;
+    a.v_stride = v_cache.row_stride;
+    a.f16 = k_cache.type == DType::f16;
+    a.group = group;
+    a.n_split = n_split;
+    a.padded_cells = n_split * kSplitCells;
+    const size_t heads = size_t(q.rows) * size_t(params.n_head);
+    const size_t stats_bytes = heads * size_t(n_split) * sizeof(float2);
+    const size_t part_bytes = heads * size_t(n_split) * size_t(params.head_dim) * sizeof(float);
+    auto* base = static_cast<uint8_t*>(scratch.reserve(stream, score_bytes + stats_bytes + part_bytes));
+    a.scores = reinterpret_cast<float*>(base);
+    a.stats = reinterpret_cast<float2*>(base + score_bytes);
+    a.part = reinterpret_cast<float*>(base + score_bytes + stats_bytes);
+    const dim3 grid(unsigned(q.rows), unsigned(params.n_head_kv), unsigned(n_split));
+    split_scores_kernel<<<grid, kThreads, 0, stream>>>(a, p, t);
+    check(cudaGetLastError(), "attention scores launch");
+    split_values_kernel<<<grid, kThreads, 0, stream>>>(a, p, t);
+    check(cudaGetLastError(), "attention values launch");
+    split_reduce_kernel<<<dim3(unsigned(q.rows), unsigned(params.n_head)), kThreads, 0, stream>>>(
+        a, params.n_head, params.head_dim, reinterpret_cast<float*>(device_ptr(out)), out.row_stride / sizeof(float));
+    check(cudaGetLastError(), "attention reduce launch");
+    return;
+  }
   const dim3 grid(unsigned(q.rows), unsigned(params.n_head));
   attention_kernel<<<grid, kThreads, 0, stream>>>(
       reinterpret_cast<const float*>(device_ptr(q)), q.row_stride / sizeof(float),

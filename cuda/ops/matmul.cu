@@ -151,6 +151,68 @@ __global__ void matmul_q8act_dp4a_kernel(const uint8_t* w, size_t w_stride, cons
   }
 }
 
+__device__ int warp_isum(int v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The K formats against Q8_K activations: the whole warp on one 256-value super-block,
+// lane l on values 8l..8l+7. A lane's partial integer sums (scaled by its sub-block's
+// scale) add up exactly over the warp, so each super-block's term is the contract's to
+// the bit; the terms of a row are added in order, the rows' in another than the reference.
+struct KQ4 {
+  static __device__ int code(const uint8_t* w, int j, int l) { return dev::q4_k_code(w, j, l); }
+};
+struct KQ5 {
+  static __device__ int code(const uint8_t* w, int j, int l) { return dev::q5_k_code(w, j, l); }
+};
+template <class K>
+__device__ float k_lane_term(const uint8_t* w, const uint8_t* a, int lane) {
+  const int j = lane / 4, l0 = (lane % 4) * 8;
+  int s = 0;
+#pragma unroll
+  for (int l = l0; l < l0 + 8; ++l) s += K::code(w, j, l) * int32_t(int8_t(a[4 + 32 * j + l]));
+  int scaled = dev::k_scale(w + 4, j, false) * s;
+  int mins = lane % 4 == 0 ? dev::k_scale(w + 4, j, true) * (dev::q8_k_bsum(a, 2 * j) + dev::q8_k_bsum(a, 2 * j + 1)) : 0;
+  scaled = warp_isum(scaled);
+  mins = warp_isum(mins);
+  const float da = dev::q8_k_d(a);
+  return dev::mul_rn(dev::mul_rn(dev::half_at(w), da), float(scaled)) -
+         dev::mul_rn(dev::mul_rn(dev::half_at(w + 2), da), float(mins));
+}
+__device__ float q6_k_lane_term(const uint8_t* w, const uint8_t* a, int lane) {
+  const int g = lane / 2, k0 = 16 * g + (lane % 2) * 8;
+  int s = 0;
+#pragma unroll
+  for (int i = k0; i < k0 + 8; ++i) s += (dev::q6_k_code(w, i) - 32) * int32_t(int8_t(a[4 + i]));
+  const int total = warp_isum(int32_t(int8_t(w[192 + g])) * s);
+  return dev::mul_rn(dev::half_at(w + 208), dev::q8_k_d(a)) * float(total);
+}
+
+template <int kKind>  // 4: Q4_K, 5: Q5_K, 6: Q6_K
+__global__ void matmul_k_warp_kernel(const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes,
+                                     float* out, size_t out_stride, int64_t n_out, int64_t nb, int n_tok) {
+  constexpr int kWB = kKind == 4 ? dev::kQ4_KBytes : kKind == 5 ? dev::kQ5_KBytes : dev::kQ6_KBytes;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;  // the whole warp
+  const uint8_t* wr = w + size_t(row) * w_stride;
+  float acc[kTokens] = {};
+#pragma unroll 2
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = wr + size_t(b) * kWB;
+    for (int t = 0; t < kTokens; ++t) {
+      if (t >= n_tok) break;
+      const uint8_t* ab = a + size_t(t) * a_row_bytes + size_t(b) * dev::kQ8_KBytes;
+      if constexpr (kKind == 4) acc[t] += k_lane_term<KQ4>(wb, ab, lane);
+      else if constexpr (kKind == 5) acc[t] += k_lane_term<KQ5>(wb, ab, lane);
+      else acc[t] += q6_k_lane_term(wb, ab, lane);
+    }
+  }
+  if (lane == 0)
+    for (int t = 0; t < n_tok; ++t) out[size_t(t) * out_stride + size_t(row)] = acc[t];
+}
+
 // Float weights against f32 activations (the contract's activation type for them).
 template <class W>
 __global__ void matmul_float_kernel(const uint8_t* w, size_t w_stride, const float* x, size_t x_stride, float* out,
@@ -199,6 +261,14 @@ void run_blocks(cudaStream_t stream, const backend::Tensor& weights, const backe
         check(cudaGetLastError(), "matmul kernel launch");
         continue;
       }
+    }
+    if constexpr (std::is_same_v<W, Q4_K> || std::is_same_v<W, Q5_K> || std::is_same_v<W, Q6_K>) {
+      constexpr int kind = std::is_same_v<W, Q4_K> ? 4 : std::is_same_v<W, Q5_K> ? 5 : 6;
+      matmul_k_warp_kernel<kind><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
+          wp, weights.row_stride, a + size_t(t0) * a_row_bytes, a_row_bytes, y + size_t(t0) * y_stride, y_stride,
+          weights.rows, nb, nt);
+      check(cudaGetLastError(), "matmul kernel launch");
+      continue;
     }
     matmul_blocks_kernel<W><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
         wp, weights.row_stride, a + size_t(t0) * a_row_bytes,

@@ -64,10 +64,12 @@ void copy_rows(cudaStream_t stream, const backend::Tensor& tensor, const backend
                const backend::Tensor& dst_rows);
 
 // attention with the contract of backend::Backend::attention (paged cells, GQA, window,
-// softcap, H2O score_acc), every KV storage type, head_dim <= 256; a first version,
-// one thread block per (token, head) walking the cells (cuda/ops/attention.cu).
+// softcap, H2O score_acc), every KV storage type, head_dim <= 256: split-K over cells
+// for F16/F32 caches (scores, statistics and partial outputs in `scratch`), else one
+// thread block per (token, head) walking the cells (cuda/ops/attention.cu).
 void attention(cudaStream_t stream, const backend::Tensor& q, const backend::Tensor& k_cache,
-               const backend::Tensor& v_cache, const backend::AttentionParams& params, const backend::Tensor& out);
+               const backend::Tensor& v_cache, const backend::AttentionParams& params, const backend::Tensor& out,
+               Scratch& scratch);
 
 // out[i] = dequantize(table[ids[i]]), bit-identical to quant::dequantize_row
 // (cuda/device/block_math.hpp). Every type ember reads (F32, F16, BF16, block formats).
