@@ -168,7 +168,7 @@ __global__ void attention_kernel(const float* q, size_t q_stride, const uint8_t*
 // over an F16 cache, as above), adds the H2O probabilities, and accumulates its values,
 // one thread per value column; (3) the splits' partial outputs are added in split order.
 
-constexpr int kSplitCells = 256;
+constexpr int kSplitCells = 64;
 constexpr int kMaxGroup = 16;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = kMaxHeadDim / 32;

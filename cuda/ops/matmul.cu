@@ -4,6 +4,8 @@
 // weight row walks its blocks, lanes striding over them, for up to kTokens tokens per
 // pass, and reduces with shuffles. Rows of more tokens take several passes: this is a
 // decode kernel (issue 16 asks for tensor-core prefill separately).
+#include <cuda_fp16.h>
+
 #include <type_traits>
 
 #include "cuda/device/block_math.hpp"
@@ -101,116 +103,155 @@ __device__ int load_word2(const uint8_t* p) {
   return int(uint32_t(h[0]) | uint32_t(h[1]) << 16);
 }
 
-// Q4_0 and Q8_0 weights against Q8_0 activations with __dp4a: four lanes per 32-value
-// block, eight blocks of the row per warp step. A block's integer sum is exact in any
-// order, so each block's term is the contract's mul_rn(d_w, d_a) * sum; the terms of a
-// row are added in another order than the reference's (the tolerance of test_cuda).
-template <bool kQ8>
-__global__ void matmul_q8act_dp4a_kernel(const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes,
-                                         float* out, size_t out_stride, int64_t n_out, int64_t nb, int n_tok) {
-  constexpr int kWB = kQ8 ? dev::kQ8_0Bytes : dev::kQ4_0Bytes;
+// ---- decode kernels: one warp per weight row, kN tokens (1 or up to 8) per pass ----
+// Each lane adds its own float terms; the warp's lanes are summed once at the end. The
+// integer part of every term is exact (__dp4a over the same codes and bytes as the
+// reference), the float terms are the contract's products, added in another order
+// (the tolerance of test_cuda's matmul case).
+
+// A binary16 at a 2-byte-aligned address, converted by the hardware (exact).
+__device__ __forceinline__ float half_load(const uint8_t* p) {
+  return __half2float(*reinterpret_cast<const __half*>(p));
+}
+// A 4-byte word at a 4-byte-aligned address.
+__device__ __forceinline__ int load_word4(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
+__device__ __forceinline__ int byte_sum(int v) { return __dp4a(0x01010101, v, 0); }
+
+// The fifth bits of four values (bits 0..3 of `bits`) as bit 4 of four bytes.
+__device__ __forceinline__ int spread_bits(uint32_t bits) {
+  return int(((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25));
+}
+
+// The 32-value formats against Q8_0 (Q4_0, Q5_0, Q8_0) or Q8_1 (Q4_1, Q5_1) activations:
+// four lanes per block, lane `sub` on values 4sub..4sub+3 and 16+4sub..16+4sub+3 (8sub..8sub+7
+// for Q8_0), eight blocks of the row per warp step.
+enum Kind32 { kQ4_0, kQ8_0, kQ4_1, kQ5_0, kQ5_1 };
+template <int kKind, int kN>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) matmul_q8act_kernel(
+    const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes, float* out, size_t out_stride,
+    int64_t n_out, int nb, int n_tok) {
+  constexpr int kWB = kKind == kQ4_0 ? dev::kQ4_0Bytes : kKind == kQ8_0 ? dev::kQ8_0Bytes
+                    : kKind == kQ4_1 ? dev::kQ4_1Bytes : kKind == kQ5_0 ? dev::kQ5_0Bytes : dev::kQ5_1Bytes;
+  constexpr bool kQ8_1Act = kKind == kQ4_1 || kKind == kQ5_1;
+  constexpr int kAB = kQ8_1Act ? dev::kQ8_1Bytes : dev::kQ8_0Bytes, kAQs = kQ8_1Act ? 4 : 2;
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32, sub = lane & 3;
   if (row >= n_out) return;  // the whole warp: one row per warp
   const uint8_t* wr = w + size_t(row) * w_stride;
-  float acc[kTokens] = {};
+  float acc[kN] = {};
 #pragma unroll 4
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const int64_t b = b0 + (lane >> 2);
-    const bool ok = b < nb;  // every lane takes part in the shuffles below
-    const uint8_t* wb = wr + size_t(ok ? b : 0) * kWB;
-    int w0, w1;
-    if (kQ8) {
+  for (int b = lane >> 2; b < nb; b += 8) {
+    const uint8_t* wb = wr + size_t(b) * kWB;
+    int w0, w1, offset = 0;
+    if constexpr (kKind == kQ8_0) {
       w0 = load_word2(wb + 2 + 8 * sub);
       w1 = load_word2(wb + 6 + 8 * sub);
     } else {
-      const int q = load_word2(wb + 2 + 4 * sub);  // values 4sub.. (low nibbles), 16 + 4sub.. (high)
+      constexpr int kQs = kKind == kQ4_0 ? 2 : kKind == kQ4_1 ? 4 : kKind == kQ5_0 ? 6 : 8;
+      const int q = load_word2(wb + kQs + 4 * sub);  // values 4sub.. (low nibbles), 16 + 4sub.. (high)
       w0 = q & 0x0f0f0f0f;
       w1 = (q >> 4) & 0x0f0f0f0f;
+      if constexpr (kKind == kQ5_0 || kKind == kQ5_1) {
+        const uint32_t qh = uint32_t(load_word2(wb + (kKind == kQ5_0 ? 2 : 4)));
+        w0 |= spread_bits(qh >> (4 * sub));
+        w1 |= spread_bits(qh >> (16 + 4 * sub));
+      }
+      offset = kKind == kQ4_0 ? 8 : kKind == kQ5_0 ? 16 : 0;
     }
-    const float dw = dev::half_at(wb);
-    for (int t = 0; t < kTokens; ++t) {
-      if (t >= n_tok) break;
-      const uint8_t* ab = a + size_t(t) * a_row_bytes + size_t(ok ? b : 0) * dev::kQ8_0Bytes;
+    const float dw = half_load(wb);
+    const float mw = kQ8_1Act ? half_load(wb + 2) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kN; ++t) {
+      if (kN > 1 && t >= n_tok) break;
+      const uint8_t* ab = a + size_t(t) * a_row_bytes + size_t(b) * kAB;
       int s;
-      if (kQ8) {
+      if constexpr (kKind == kQ8_0) {
         s = __dp4a(w0, load_word2(ab + 2 + 8 * sub), __dp4a(w1, load_word2(ab + 6 + 8 * sub), 0));
       } else {
-        const int a0 = load_word2(ab + 2 + 4 * sub), a1 = load_word2(ab + 18 + 4 * sub);
-        s = __dp4a(w0, a0, __dp4a(w1, a1, 0)) - 8 * __dp4a(0x01010101, a0, __dp4a(0x01010101, a1, 0));
+        const int a0 = load_word2(ab + kAQs + 4 * sub), a1 = load_word2(ab + kAQs + 16 + 4 * sub);
+        s = __dp4a(w0, a0, __dp4a(w1, a1, 0));
+        if (offset != 0) s -= offset * (byte_sum(a0) + byte_sum(a1));
       }
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      if (ok && sub == 0) acc[t] += dev::mul_rn(dw, dev::half_at(ab)) * float(s);
+      if constexpr (kQ8_1Act) {
+        float term = dev::mul_rn(dev::mul_rn(dw, half_load(ab)), float(s));
+        if (sub == 0) term += dev::mul_rn(mw, half_load(ab + 2));
+        acc[t] += term;
+      } else {
+        acc[t] += dev::mul_rn(dw, half_load(ab)) * float(s);
+      }
     }
   }
-  for (int t = 0; t < kTokens; ++t) {
-    if (t >= n_tok) break;
+#pragma unroll
+  for (int t = 0; t < kN; ++t) {
+    if (kN > 1 && t >= n_tok) break;
     const float s = warp_sum(acc[t]);
     if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
   }
 }
 
-__device__ int warp_isum(int v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The K formats against Q8_K activations: the whole warp on one 256-value super-block,
-// lane l on values 8l..8l+7. A lane's partial integer sums (scaled by its sub-block's
-// scale) add up exactly over the warp, so each super-block's term is the contract's to
-// the bit; the terms of a row are added in order, the rows' in another than the reference.
-struct KQ4 {
-  static __device__ int code(const uint8_t* w, int j, int l) { return dev::q4_k_code(w, j, l); }
-};
-struct KQ5 {
-  static __device__ int code(const uint8_t* w, int j, int l) { return dev::q5_k_code(w, j, l); }
-};
-template <class K>
-__device__ float k_lane_term(const uint8_t* w, const uint8_t* a, int lane) {
-  const int j = lane / 4, l0 = (lane % 4) * 8;
-  int s = 0;
-#pragma unroll
-  for (int l = l0; l < l0 + 8; ++l) s += K::code(w, j, l) * int32_t(int8_t(a[4 + 32 * j + l]));
-  int scaled = dev::k_scale(w + 4, j, false) * s;
-  int mins = lane % 4 == 0 ? dev::k_scale(w + 4, j, true) * (dev::q8_k_bsum(a, 2 * j) + dev::q8_k_bsum(a, 2 * j + 1)) : 0;
-  scaled = warp_isum(scaled);
-  mins = warp_isum(mins);
-  const float da = dev::q8_k_d(a);
-  return dev::mul_rn(dev::mul_rn(dev::half_at(w), da), float(scaled)) -
-         dev::mul_rn(dev::mul_rn(dev::half_at(w + 2), da), float(mins));
-}
-__device__ float q6_k_lane_term(const uint8_t* w, const uint8_t* a, int lane) {
-  const int g = lane / 2, k0 = 16 * g + (lane % 2) * 8;
-  int s = 0;
-#pragma unroll
-  for (int i = k0; i < k0 + 8; ++i) s += (dev::q6_k_code(w, i) - 32) * int32_t(int8_t(a[4 + i]));
-  const int total = warp_isum(int32_t(int8_t(w[192 + g])) * s);
-  return dev::mul_rn(dev::half_at(w + 208), dev::q8_k_d(a)) * float(total);
-}
-
+// The K formats against Q8_K activations: the warp on one 256-value super-block, lane l
+// on values 8l..8l+7 (one sub-block's eighth for Q4_K/Q5_K, half a group for Q6_K),
+// read as words: codes and activation bytes four at a time into __dp4a.
 template <int kKind>  // 4: Q4_K, 5: Q5_K, 6: Q6_K
-__global__ void matmul_k_warp_kernel(const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes,
-                                     float* out, size_t out_stride, int64_t n_out, int64_t nb, int n_tok) {
+__device__ __forceinline__ float k_lane_term(const uint8_t* w, const uint8_t* a, int lane) {
+  const float da = bits_to_float(uint32_t(load_word4(a)));
+  const int a0 = load_word4(a + 4 + 8 * lane), a1 = load_word4(a + 8 + 8 * lane);
+  if constexpr (kKind == 6) {
+    // values i = 8 lane .. 8 lane + 7: half h, quarter, column l0 of the 210-byte block
+    const int i0 = 8 * lane, h = i0 / 128, r = i0 % 128, quarter = r / 32, l0 = r % 32;
+    const uint8_t* lo = w + 64 * h + l0 + 32 * (quarter & 1);
+    const uint8_t* hi = w + 128 + 32 * h + l0;
+    const int shift_lo = quarter < 2 ? 0 : 4, shift_hi = 2 * quarter;
+    const int c0 = ((load_word2(lo) >> shift_lo) & 0x0f0f0f0f) | (((load_word2(hi) >> shift_hi) & 0x03030303) << 4);
+    const int c1 = ((load_word2(lo + 4) >> shift_lo) & 0x0f0f0f0f) | (((load_word2(hi + 4) >> shift_hi) & 0x03030303) << 4);
+    const int s = __dp4a(c0, a0, __dp4a(c1, a1, 0)) - 32 * (byte_sum(a0) + byte_sum(a1));
+    const int sc = int(int8_t(w[192 + lane / 2]));
+    return dev::mul_rn(half_load(w + 208), da) * float(sc * s);
+  } else {
+    const int j = lane / 4, l0 = (lane % 4) * 8;
+    const uint8_t* qs = w + (kKind == 4 ? 16 : 48) + 32 * (j / 2) + l0;
+    const int shift = 4 * (j % 2);
+    int c0 = (load_word4(qs) >> shift) & 0x0f0f0f0f, c1 = (load_word4(qs + 4) >> shift) & 0x0f0f0f0f;
+    if constexpr (kKind == 5) {
+      const uint8_t* qh = w + 16 + l0;
+      c0 |= ((load_word4(qh) >> j) & 0x01010101) << 4;
+      c1 |= ((load_word4(qh + 4) >> j) & 0x01010101) << 4;
+    }
+    const int s = __dp4a(c0, a0, __dp4a(c1, a1, 0));
+    float term = dev::mul_rn(dev::mul_rn(half_load(w), da), float(dev::k_scale(w + 4, j, false) * s));
+    if (lane % 4 == 0) {
+      const int mins = dev::k_scale(w + 4, j, true) * (dev::q8_k_bsum(a, 2 * j) + dev::q8_k_bsum(a, 2 * j + 1));
+      term -= dev::mul_rn(dev::mul_rn(half_load(w + 2), da), float(mins));
+    }
+    return term;
+  }
+}
+
+template <int kKind, int kN>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) matmul_k_kernel(
+    const uint8_t* w, size_t w_stride, const uint8_t* a, size_t a_row_bytes, float* out, size_t out_stride,
+    int64_t n_out, int nb, int n_tok) {
   constexpr int kWB = kKind == 4 ? dev::kQ4_KBytes : kKind == 5 ? dev::kQ5_KBytes : dev::kQ6_KBytes;
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_out) return;  // the whole warp
   const uint8_t* wr = w + size_t(row) * w_stride;
-  float acc[kTokens] = {};
+  float acc[kN] = {};
 #pragma unroll 2
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int b = 0; b < nb; ++b) {
     const uint8_t* wb = wr + size_t(b) * kWB;
-    for (int t = 0; t < kTokens; ++t) {
-      if (t >= n_tok) break;
-      const uint8_t* ab = a + size_t(t) * a_row_bytes + size_t(b) * dev::kQ8_KBytes;
-      if constexpr (kKind == 4) acc[t] += k_lane_term<KQ4>(wb, ab, lane);
-      else if constexpr (kKind == 5) acc[t] += k_lane_term<KQ5>(wb, ab, lane);
-      else acc[t] += q6_k_lane_term(wb, ab, lane);
+#pragma unroll
+    for (int t = 0; t < kN; ++t) {
+      if (kN > 1 && t >= n_tok) break;
+      acc[t] += k_lane_term<kKind>(wb, a + size_t(t) * a_row_bytes + size_t(b) * dev::kQ8_KBytes, lane);
     }
   }
-  if (lane == 0)
-    for (int t = 0; t < n_tok; ++t) out[size_t(t) * out_stride + size_t(row)] = acc[t];
+#pragma unroll
+  for (int t = 0; t < kN; ++t) {
+    if (kN > 1 && t >= n_tok) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
+  }
 }
 
 // Float weights against f32 activations (the contract's activation type for them).
@@ -234,6 +275,55 @@ __global__ void matmul_float_kernel(const uint8_t* w, size_t w_stride, const flo
   }
 }
 
+// Float weights, vectorized: each lane takes 8 consecutive values per step (16 bytes of
+// F16/BF16, 32 of F32) and the activations' matching 8 floats, kN tokens per pass.
+template <class W, int kN>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) matmul_float_vec_kernel(
+    const uint8_t* w, size_t w_stride, const float* x, size_t x_stride, float* out, size_t out_stride, int64_t n_out,
+    int n_in, int n_tok) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  const uint8_t* wr = w + size_t(row) * w_stride;
+  float acc[kN] = {};
+#pragma unroll 2
+  for (int i = lane * 8; i < n_in; i += 256) {
+    float v[8];
+    if constexpr (std::is_same_v<W, F32>) {
+      const float4 p0 = *reinterpret_cast<const float4*>(wr + 4 * size_t(i));
+      const float4 p1 = *reinterpret_cast<const float4*>(wr + 4 * size_t(i) + 16);
+      v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w, v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
+    } else {
+      const uint4 p = *reinterpret_cast<const uint4*>(wr + 2 * size_t(i));
+      const uint32_t words[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (std::is_same_v<W, F16>) {
+          v[2 * k] = __half2float(__ushort_as_half(uint16_t(words[k] & 0xffffu)));
+          v[2 * k + 1] = __half2float(__ushort_as_half(uint16_t(words[k] >> 16)));
+        } else {
+          v[2 * k] = bits_to_float(words[k] << 16);
+          v[2 * k + 1] = bits_to_float(words[k] & 0xffff0000u);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kN; ++t) {
+      if (kN > 1 && t >= n_tok) break;
+      const float4* xr = reinterpret_cast<const float4*>(x + size_t(t) * x_stride + size_t(i));
+      const float4 x0 = xr[0], x1 = xr[1];
+      acc[t] += v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z +
+                v[7] * x1.w;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kN; ++t) {
+    if (kN > 1 && t >= n_tok) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
+  }
+}
+
 unsigned row_blocks(int64_t n_out) { return unsigned((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 template <class W>
@@ -252,23 +342,43 @@ void run_blocks(cudaStream_t stream, const backend::Tensor& weights, const backe
   for (int64_t t0 = 0; t0 < n_tok; t0 += kTokens) {
     const int nt = int(n_tok - t0 < kTokens ? n_tok - t0 : kTokens);
     const auto* wp = reinterpret_cast<const uint8_t*>(device_ptr(weights));
-    const bool aligned = weights.row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(wp) % 2 == 0;
-    if constexpr (std::is_same_v<W, Q4_0> || std::is_same_v<W, Q8_0>) {
+    const uint8_t* ap = a + size_t(t0) * a_row_bytes;
+    float* yp = y + size_t(t0) * y_stride;
+    const unsigned grid = row_blocks(weights.rows);
+    constexpr unsigned kBlock = 32 * kWarpsPerBlock;
+    // The word loads need the rows' alignment: 2 bytes for the 32-value formats and Q6_K,
+    // 4 for Q4_K/Q5_K (their blocks are 144 and 176 bytes, the activations' 292).
+    const uintptr_t align = std::is_same_v<W, Q4_K> || std::is_same_v<W, Q5_K> ? 4 : 2;
+    const bool aligned = weights.row_stride % align == 0 && reinterpret_cast<uintptr_t>(wp) % align == 0;
+    constexpr int kind32 = std::is_same_v<W, Q4_0> ? kQ4_0 : std::is_same_v<W, Q8_0> ? kQ8_0
+                         : std::is_same_v<W, Q4_1> ? kQ4_1 : std::is_same_v<W, Q5_0> ? kQ5_0
+                         : std::is_same_v<W, Q5_1> ? kQ5_1 : -1;
+    if constexpr (kind32 >= 0) {
       if (aligned) {
-        matmul_q8act_dp4a_kernel<std::is_same_v<W, Q8_0>><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
-            wp, weights.row_stride, a + size_t(t0) * a_row_bytes, a_row_bytes, y + size_t(t0) * y_stride, y_stride,
-            weights.rows, nb, nt);
+        if (nt == 1) {
+          matmul_q8act_kernel<kind32, 1><<<grid, kBlock, 0, stream>>>(wp, weights.row_stride, ap, a_row_bytes, yp,
+                                                                       y_stride, weights.rows, int(nb), nt);
+        } else {
+          matmul_q8act_kernel<kind32, kTokens><<<grid, kBlock, 0, stream>>>(wp, weights.row_stride, ap, a_row_bytes,
+                                                                             yp, y_stride, weights.rows, int(nb), nt);
+        }
         check(cudaGetLastError(), "matmul kernel launch");
         continue;
       }
     }
     if constexpr (std::is_same_v<W, Q4_K> || std::is_same_v<W, Q5_K> || std::is_same_v<W, Q6_K>) {
-      constexpr int kind = std::is_same_v<W, Q4_K> ? 4 : std::is_same_v<W, Q5_K> ? 5 : 6;
-      matmul_k_warp_kernel<kind><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
-          wp, weights.row_stride, a + size_t(t0) * a_row_bytes, a_row_bytes, y + size_t(t0) * y_stride, y_stride,
-          weights.rows, nb, nt);
-      check(cudaGetLastError(), "matmul kernel launch");
-      continue;
+      if (aligned) {
+        constexpr int kind = std::is_same_v<W, Q4_K> ? 4 : std::is_same_v<W, Q5_K> ? 5 : 6;
+        if (nt == 1) {
+          matmul_k_kernel<kind, 1><<<grid, kBlock, 0, stream>>>(wp, weights.row_stride, ap, a_row_bytes, yp, y_stride,
+                                                                 weights.rows, int(nb), nt);
+        } else {
+          matmul_k_kernel<kind, kTokens><<<grid, kBlock, 0, stream>>>(wp, weights.row_stride, ap, a_row_bytes, yp,
+                                                                       y_stride, weights.rows, int(nb), nt);
+        }
+        check(cudaGetLastError(), "matmul kernel launch");
+        continue;
+      }
     }
     matmul_blocks_kernel<W><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
         wp, weights.row_stride, a + size_t(t0) * a_row_bytes,
@@ -283,8 +393,25 @@ void run_float(cudaStream_t stream, const backend::Tensor& weights, const backen
   const auto* xs = reinterpret_cast<const float*>(device_ptr(x));
   auto* y = reinterpret_cast<float*>(device_ptr(out));
   const size_t x_stride = x.row_stride / sizeof(float), y_stride = out.row_stride / sizeof(float);
+  const auto* wp = reinterpret_cast<const uint8_t*>(device_ptr(weights));
+  const bool vec = weights.cols % 8 == 0 && weights.row_stride % 16 == 0 && reinterpret_cast<uintptr_t>(wp) % 16 == 0 &&
+                   x.row_stride % 16 == 0 && reinterpret_cast<uintptr_t>(xs) % 16 == 0;
   for (int64_t t0 = 0; t0 < x.rows; t0 += kTokens) {
     const int nt = int(x.rows - t0 < kTokens ? x.rows - t0 : kTokens);
+    if (vec) {
+      const unsigned grid = row_blocks(weights.rows);
+      if (nt == 1) {
+        matmul_float_vec_kernel<W, 1><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+            wp, weights.row_stride, xs + size_t(t0) * x_stride, x_stride, y + size_t(t0) * y_stride, y_stride,
+            weights.rows, int(weights.cols), nt);
+      } else {
+        matmul_float_vec_kernel<W, kTokens><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+            wp, weights.row_stride, xs + size_t(t0) * x_stride, x_stride, y + size_t(t0) * y_stride, y_stride,
+            weights.rows, int(weights.cols), nt);
+      }
+      check(cudaGetLastError(), "matmul kernel launch");
+      continue;
+    }
     matmul_float_kernel<W><<<row_blocks(weights.rows), 32 * kWarpsPerBlock, 0, stream>>>(
         reinterpret_cast<const uint8_t*>(device_ptr(weights)), weights.row_stride, xs + size_t(t0) * x_stride,
         x_stride, y + size_t(t0) * y_stride, y_stride, weights.rows, weights.cols, nt);
