@@ -4,6 +4,7 @@
 //   matmul <type> <in>x<out> tokens:N   the decode matmul of a Llama-3-8B FFN matrix
 //                                       (4096 -> 14336) and the attention matrix
 //                                       (4096 -> 4096), N = 1 and 8 tokens; prefill: N = 512
+//   launch / upload                     a small op's launch, a small pageable upload
 //   attention f16 ctx:C                 one query token of 32 heads over C cached
 //                                       tokens of 8 KV heads of 128 (Llama-3-8B), F16
 //
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "backend/ops/attention.hpp"
+#include "backend/ops/elementwise.hpp"
 #include "backend/ops/matmul.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "ember/error.hpp"
@@ -132,6 +134,20 @@ void bench_attention(backend::Backend& be, int64_t ctx) {
   report("attention f16 ctx:" + std::to_string(ctx) + " tokens:1", s, double(ctx) * n_kv * hd * 2 * 2);
 }
 
+// The fixed costs a decode step pays per op and per table upload: a small op's launch
+// through the backend, and a small upload from pageable memory, each timed over many
+// back-to-back calls (the rate at which the host can issue them).
+void bench_overheads(backend::Backend& be) {
+  std::vector<float> host(256, 1.0f);
+  auto buf = be.allocate(host.size() * sizeof(float));
+  const auto t = backend::make_tensor(*buf, 0, DType::f32, 1, int64_t(host.size()));
+  be.upload(t, host.data());
+  const double launch = time_calls(be, [&] { ember::ops::scale(be, t, 1.0f, t); }, 2000, 10);
+  std::printf("%-44s %10.2f us per call\n", "launch: scale of 256 floats", launch * 1e6);
+  const double upload = time_calls(be, [&] { be.upload(t, host.data()); }, 2000, 10);
+  std::printf("%-44s %10.2f us per call\n", "upload: 1 KiB from pageable memory", upload * 1e6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,6 +160,7 @@ int main(int argc, char** argv) {
     auto be = ember::cuda::make_cuda_backend();
     std::mt19937 rng(1);
     std::printf("roofline %.0f GB/s (EMBER_ROOFLINE_GBS)\n", roofline_gbs());
+    if (only.empty() || only == "overheads") bench_overheads(*be);
     if (only.empty() || only == "matmul") {
       for (DType type : {DType::q4_0, DType::q8_0, DType::q4_k, DType::q6_k, DType::f16, DType::bf16, DType::q4_1,
                          DType::q5_0, DType::q5_1, DType::q5_k, DType::f32}) {

@@ -212,6 +212,7 @@ __global__ void split_scores_kernel(Split a, backend::AttentionParams p, Tables 
   for (int g = 0; g < kMaxGroup; ++g) m[g] = -INFINITY, l[g] = 0.0f;
   const int c_end = min(n_cells, (split + 1) * kSplitCells);
   const size_t elem = a.f16 ? 2 : 4;
+#pragma unroll 2
   for (int c = split * kSplitCells + warp; c < c_end; c += kWarps) {
     const int64_t slot = visible_slot(t, p, seq, pos, c);
     float* srow = a.scores + (size_t(token) * p.n_head + h0) * a.padded_cells + c;
@@ -309,6 +310,7 @@ __global__ void split_values_kernel(Split a, backend::AttentionParams p, Tables 
   constexpr int kCols = kMaxHeadDim / kThreads;
   float acc[kMaxGroup][kCols] = {};
   const size_t elem = a.f16 ? 2 : 4;
+#pragma unroll 8
   for (int j = 0; j < n; ++j) {
     if (slots[j] < 0) continue;
     const uint8_t* vrow = a.v + size_t(slots[j]) * a.v_stride + size_t(kvh) * hd * elem;
@@ -344,6 +346,7 @@ __global__ void split_reduce_kernel(Split a, int n_head, int hd, float* out, siz
   const float* src = a.part + (size_t(token) * n_head + h) * a.n_split * hd;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
     float sum = 0.0f;
+#pragma unroll 16
     for (int s = 0; s < a.n_split; ++s) sum += src[size_t(s) * hd + d];
     out[size_t(token) * out_stride + size_t(h) * hd + d] = sum;
   }

@@ -1,9 +1,11 @@
-// matmul on the GPU for every weight type ember reads, the first version: correct
-// before fast. Activations are converted to the contract's activation type by one
-// thread per block (the CPU's bytes, cuda/device/block_math.hpp); then one warp per
-// weight row walks its blocks, lanes striding over them, for up to kTokens tokens per
-// pass, and reduces with shuffles. Rows of more tokens take several passes: this is a
-// decode kernel (issue 16 asks for tensor-core prefill separately).
+// matmul on the GPU for every weight type ember reads. Activations are converted to the
+// contract's activation type (Q8_0, Q8_1, Q8_K: the CPU's bytes) by one warp per block;
+// then one warp per weight row takes up to kTokens tokens per pass: four lanes per
+// 32-value block or the whole warp per 256-value super-block, codes and activation
+// bytes four at a time into __dp4a (F16/BF16/F32: 8 values per lane per step). Rows of
+// more tokens take several passes: these are decode kernels; prefill on tensor cores is
+// not written yet (docs/cuda.md). Formats or alignments the word loads cannot take go
+// to matmul_blocks_kernel / matmul_float_kernel, one block per lane through block_math.
 #include <cuda_fp16.h>
 
 #include <type_traits>
@@ -20,18 +22,15 @@ constexpr int kTokens = 8;        // tokens per pass
 constexpr int kWarpsPerBlock = 4;  // weight rows per thread block
 constexpr int kQuantThreads = 128;
 
-// Activation formats: values per block, bytes per block, the quantizer.
+// Activation formats: values per block, bytes per block (quantized by quantize_warp_kernel).
 struct ActQ8_0 {
   static constexpr int kValues = 32, kBytes = dev::kQ8_0Bytes;
-  static __device__ void quantize(const float* x, uint8_t* out) { dev::q8_0_quantize(x, out); }
 };
 struct ActQ8_1 {
   static constexpr int kValues = 32, kBytes = dev::kQ8_1Bytes;
-  static __device__ void quantize(const float* x, uint8_t* out) { dev::q8_1_quantize(x, out); }
 };
 struct ActQ8_K {
   static constexpr int kValues = 256, kBytes = dev::kQ8_KBytes;
-  static __device__ void quantize(const float* x, uint8_t* out) { dev::q8_k_quantize(x, out); }
 };
 
 #define EMBER_WEIGHT_FORMAT(Name, ActType, bytes, fn)                                         \
@@ -65,14 +64,78 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-// One thread per activation block: row t, block b.
+// One warp per activation block: lane i takes value i (8 consecutive values for the
+// 256-value Q8_K); the block's maximum and sums are warp reductions. Every value goes
+// through the same float operations as in dev::q8_*_quantize, so the bytes are the
+// reference's (the maximum and the integer sums do not depend on the order).
+__device__ __forceinline__ float warp_max_abs(float a) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, a, o);
+    a = other > a ? other : a;
+  }
+  return a;
+}
+__device__ __forceinline__ float abs_or_zero(float x) {  // NaN ignored, as dev::abs_max
+  const float a = x < 0.0f ? -x : x;
+  return a > 0.0f ? a : 0.0f;
+}
 template <class A>
-__global__ void quantize_kernel(const float* x, size_t x_stride, uint8_t* dst, size_t dst_row_bytes, int64_t nb,
-                                int64_t n_tok) {
-  const int64_t i = int64_t(blockIdx.x) * kQuantThreads + threadIdx.x;
-  if (i >= nb * n_tok) return;
+__global__ void quantize_warp_kernel(const float* x, size_t x_stride, uint8_t* dst, size_t dst_row_bytes, int64_t nb,
+                                     int64_t n_tok) {
+  const int64_t i = int64_t(blockIdx.x) * (kQuantThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= nb * n_tok) return;  // the whole warp
   const int64_t t = i / nb, b = i % nb;
-  A::quantize(x + size_t(t) * x_stride + size_t(b) * A::kValues, dst + size_t(t) * dst_row_bytes + size_t(b) * A::kBytes);
+  const float* xb = x + size_t(t) * x_stride + size_t(b) * A::kValues;
+  uint8_t* out = dst + size_t(t) * dst_row_bytes + size_t(b) * A::kBytes;
+  if constexpr (A::kValues == 32) {
+    constexpr bool kSum = A::kBytes == dev::kQ8_1Bytes;
+    const float v = xb[lane];
+    const float amax = warp_max_abs(abs_or_zero(v));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = int(int8_t(dev::round_even_f(v * id)));
+    out[(kSum ? 4 : 2) + lane] = uint8_t(int8_t(q));
+    if constexpr (kSum) {
+      int sum = q;
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      const float d = amax / 127.0f;
+      if (lane == 0) {
+        dev::put_u16(out, dev::float_to_half(d));
+        dev::put_u16(out + 2, dev::float_to_half(float(sum) * d));
+      }
+    } else if (lane == 0) {
+      dev::put_u16(out, dev::float_to_half(amax / 127.0f));
+    }
+  } else {
+    float v[8];
+    float local = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      v[k] = xb[8 * lane + k];
+      const float a = abs_or_zero(v[k]);
+      local = a > local ? a : local;
+    }
+    const float amax = warp_max_abs(local);
+    if (amax == 0.0f) {
+      for (int k = lane; k < dev::kQ8_KBytes; k += 32) out[k] = 0;
+      return;
+    }
+    const float scale = 127.0f / amax;
+    int sum = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float r = dev::round_even_f(scale * v[k]);
+      const int q = int(int8_t(r < 127.0f ? r : 127.0f));
+      out[4 + 8 * lane + k] = uint8_t(int8_t(q));
+      sum += q;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the two lanes of a 16-value group
+    if (lane % 2 == 0) dev::put_u16(out + 260 + lane, uint16_t(int16_t(sum)));
+    if (lane == 0) {
+      const uint32_t d = float_to_bits(1.0f / scale);
+      for (int k = 0; k < 4; ++k) out[k] = uint8_t(d >> (8 * k));
+    }
+  }
 }
 
 // One warp per weight row; n_tok <= kTokens activation rows of nb blocks each.
@@ -334,7 +397,8 @@ void run_blocks(cudaStream_t stream, const backend::Tensor& weights, const backe
   const size_t a_row_bytes = size_t(nb) * A::kBytes;
   auto* a = static_cast<uint8_t*>(scratch.reserve(stream, a_row_bytes * size_t(n_tok)));
   const int64_t jobs = nb * n_tok;
-  quantize_kernel<A><<<unsigned((jobs + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0, stream>>>(
+  constexpr int64_t kWarpsQ = kQuantThreads / 32;
+  quantize_warp_kernel<A><<<unsigned((jobs + kWarpsQ - 1) / kWarpsQ), kQuantThreads, 0, stream>>>(
       reinterpret_cast<const float*>(device_ptr(x)), x.row_stride / sizeof(float), a, a_row_bytes, nb, n_tok);
   check(cudaGetLastError(), "matmul activation quantization launch");
   auto* y = reinterpret_cast<float*>(device_ptr(out));

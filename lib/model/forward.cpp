@@ -419,6 +419,8 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
     ops::get_rows(be_, w_.token_embd, t_ids, x);
     if (hp_.embedding_scale != 1.0f) ops::scale(be_, x, hp_.embedding_scale, x);
 
+    const std::vector<int32_t>* prev_slots = nullptr;  // what the workspace's tables hold
+    const kv::KVCache::LayerTables* prev_tab = nullptr;
     for (int il = 0; il < hp_.n_layer; ++il) {
       if (cancel && cancel->load(std::memory_order_relaxed)) return false;
       const LayerWeights& L = w_.layers[size_t(il)];
@@ -452,10 +454,18 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       const kv::KVCache::LayerTables& tab = tables[size_t(il)];
       const Tensor t_pages = backend::make_tensor(*ws.buffer, ws.page_table.offset, DType::i32, n_rows, tab.max_pages);
       const Tensor t_cell_pos = backend::make_tensor(*ws.buffer, ws.cell_pos.offset, DType::i32, n_rows, tab.max_cells);
-      be_.upload(t_slots, placement.slots[size_t(il)].data());
-      be_.upload(t_pages, tab.page_table.data());
-      be_.upload(t_cell_pos, tab.cell_pos.data());
-      be_.upload(t_cells, tab.cells.data());
+      // Layers whose slots and tables equal the previous layer's (all of them without
+      // sliding windows) reuse what is on the backend: one upload per step, not per layer.
+      const auto& slots_il = placement.slots[size_t(il)];
+      if (prev_slots == nullptr || *prev_slots != slots_il) be_.upload(t_slots, slots_il.data());
+      if (prev_tab == nullptr || prev_tab->max_pages != tab.max_pages || prev_tab->max_cells != tab.max_cells ||
+          prev_tab->page_table != tab.page_table || prev_tab->cell_pos != tab.cell_pos || prev_tab->cells != tab.cells) {
+        be_.upload(t_pages, tab.page_table.data());
+        be_.upload(t_cell_pos, tab.cell_pos.data());
+        be_.upload(t_cells, tab.cells.data());
+      }
+      prev_slots = &slots_il;
+      prev_tab = &tab;
       if (runs.empty()) {
         ops::kv_store(be_, k, cache.k(), t_slots);
         ops::kv_store(be_, v, cache.v(), t_slots);
