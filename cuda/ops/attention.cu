@@ -269,15 +269,22 @@ __global__ void split_values_kernel(Split a, backend::AttentionParams p, Tables 
   const int n_cells = seq >= 0 && seq < t.n_seq ? t.seq_cells[seq] : 0;
   const int h0 = kvh * a.group, c0 = split * kSplitCells;
   const int n = max(0, min(n_cells - c0, kSplitCells));
-  if (threadIdx.x < a.group) {
-    const float2* st = a.stats + (size_t(token) * p.n_head + h0 + threadIdx.x) * a.n_split;
+  // The head's maximum and total from every split's: warp w merges heads w, w + 4, ...,
+  // its lanes striding over the splits.
+  for (int g = threadIdx.x / 32; g < a.group; g += kWarps) {
+    const int lane = threadIdx.x % 32;
+    const float2* st = a.stats + (size_t(token) * p.n_head + h0 + g) * a.n_split;
     float mx = -INFINITY;
-    for (int s = 0; s < a.n_split; ++s) mx = fmaxf(mx, st[s].x);
+    for (int s = lane; s < a.n_split; s += 32) mx = fmaxf(mx, st[s].x);
+    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0.0f;
-    for (int s = 0; s < a.n_split; ++s)
+    for (int s = lane; s < a.n_split; s += 32)
       if (st[s].y > 0.0f) sum += st[s].y * dev::exp_f(st[s].x - mx);
-    head_max[threadIdx.x] = mx;
-    head_inv[threadIdx.x] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    sum = warp_all_sum(sum);
+    if (lane == 0) {
+      head_max[g] = mx;
+      head_inv[g] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
   }
   for (int j = threadIdx.x; j < n; j += kThreads) slots[j] = visible_slot(t, p, seq, pos, c0 + j);
   __syncthreads();
