@@ -130,8 +130,8 @@ bench() {  # bench NAME FILE: prefill 512 and decode 64 tokens on the GPU, as JS
 }
 bench tinyllama_q4_0 "$models/tinyllama-q4_0.gguf"
 bench tinyllama_q4_k_m "$models/tinyllama-q4_k_m.gguf"
-[ -s "$models/tinyllama-q4_0.gguf" ] && stage bench_tinyllama_q4_0_depth2048 timeout 90 "$ember" bench --device cuda \
-  -m "$models/tinyllama-q4_0.gguf" -p 512 -n 64 -d 2048 -r 2
+[ -s "$models/tinyllama-q4_0.gguf" ] && stage bench_tinyllama_q4_0_depth1024 timeout 90 "$ember" bench --device cuda \
+  -m "$models/tinyllama-q4_0.gguf" -p 512 -n 64 -d 1024 -r 2
 bench gemma_shape_q8_0 "$models/gemma-shape-q8_0.gguf"
 [ -z "${SKIP_8B:-}" ] && bench llama3_8b_q4_0 "$models/llama3-8b-q4_0.gguf"
 bench gemma3_270m "${EMBER_MODEL:-$HOME/.cache/ember/models/gemma-3-270m-q4_k_m.gguf}"
