@@ -44,7 +44,10 @@ class DeviceBuffer final : public backend::Buffer {
   explicit DeviceBuffer(size_t bytes) : size_(bytes) {
     if (cudaMalloc(&data_, bytes == 0 ? 1 : bytes) != cudaSuccess) {
       cudaGetLastError();  // clear the sticky error
-      fail(ErrorCode::out_of_memory, "cannot allocate {} bytes of GPU memory", bytes);
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
+      fail(ErrorCode::out_of_memory, "cannot allocate {:.1f} MiB of GPU memory ({:.1f} MiB free of {:.1f} MiB)",
+           double(bytes) / 1048576.0, double(free_bytes) / 1048576.0, double(total_bytes) / 1048576.0);
     }
   }
   ~DeviceBuffer() override { cudaFree(data_); }
