@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/fail.hpp"
+#include "ember/error.hpp"
 #include "quant/quant.hpp"
 
 namespace ember::model {
@@ -15,7 +16,14 @@ class Loader {
       : file_(file), backend_(backend), buffers_(buffers) {
     // One buffer for the whole tensor-data section: zero-copy on the CPU, one upload on a GPU.
     const auto bytes = file.bytes().subspan(size_t(file.data_offset()));
-    data_ = backend.wrap_host(bytes, std::move(keep_alive));
+    try {
+      data_ = backend.wrap_host(bytes, std::move(keep_alive));
+    } catch (const Error& e) {
+      // A device too small for the model: say so with the model's size, before any state.
+      if (e.code() != ErrorCode::out_of_memory) throw;
+      fail(ErrorCode::out_of_memory, "{}: the model's {:.1f} MiB of tensor data do not fit the {} backend: {}",
+           file.name(), double(bytes.size()) / 1048576.0, backend.name(), e.what());
+    }
     buffers_.push_back(data_);
   }
 
