@@ -13,6 +13,7 @@ namespace ember::cli {
 namespace {
 // The device of --device (every command accepts it): where load_model puts the model.
 Device g_device = Device::cpu;
+int g_device_index = 0;  // cuda:N
 }  // namespace
 
 Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags_with_values,
@@ -41,14 +42,18 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>&
       continue;
     }
     if (name == "--device") {
-      if (i + 1 >= argv.size()) throw UsageError("--device needs a value: cpu or cuda");
+      if (i + 1 >= argv.size()) throw UsageError("--device needs a value: cpu, cuda or cuda:N");
       const std::string& v = argv[++i];
       if (v == "cpu") {
         g_device = Device::cpu;
       } else if (v == "cuda") {
         g_device = Device::cuda;
+      } else if (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.size() <= 8 &&
+                 v.find_first_not_of("0123456789", 5) == std::string::npos) {
+        g_device = Device::cuda;
+        g_device_index = std::stoi(v.substr(5));
       } else {
-        throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", v));
+        throw UsageError(fmt::format("--device must be cpu, cuda or cuda:N (N a device number), got '{}'", v));
       }
       continue;
     }
@@ -127,6 +132,7 @@ std::shared_ptr<Model> load_model(const std::string& path, int threads, bool ver
   auto bar = std::make_shared<ProgressBar>("loading " + path);
   ModelOptions options;
   options.backend = g_device;
+  options.device_index = g_device_index;
   options.threads = threads;
   options.vocab_only = vocab_only;
   options.progress = [bar](float f) {

@@ -134,8 +134,8 @@ std::string usage_of(const Command& c) {
   const std::string name = c.name;
   if (name == "run" || name == "chat") u += kSamplingUsage;
   if (name == "run" || name == "perplexity" || name == "bench") u += kKVUsage;
-  u += "\n--device cpu|cuda (any command): where the model's weights and compute go (default cpu;\n"
-       "  cuda needs a build with the CUDA backend and a GPU, docs/cuda.md).\n";
+  u += "\n--device cpu|cuda|cuda:N (any command): where the model's weights and compute go (default\n"
+       "  cpu; cuda is device 0, cuda:N device N; needs a build with the CUDA backend and a GPU, docs/cuda.md).\n";
   u += "llama.cpp's -ngl N is accepted and ignored (use --device cuda to run on a GPU).\n";
   return u;
 }

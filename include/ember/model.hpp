@@ -30,6 +30,9 @@ enum class Device {
 struct ModelOptions {
   // Backend for weights and compute. Default cpu.
   Device backend = Device::cpu;
+  // Which device of that kind: the CUDA device ordinal (0 .. devices - 1); the CPU has
+  // only device 0. Default 0.
+  int device_index = 0;
   // Threads of the model's one thread pool, the calling thread included, shared by
   // every session and engine of the model (started with the first of them, so
   // threads - 1 workers). Default 0 = the physical cores this process may run on

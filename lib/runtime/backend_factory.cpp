@@ -58,13 +58,14 @@ int default_threads() { return physical_cores(); }
 
 std::string cpu_kernel_level() { return std::string(cpu::isa_name(cpu::best_isa())); }
 
-std::unique_ptr<backend::Backend> make_backend(Device device, int threads) {
+std::unique_ptr<backend::Backend> make_backend(Device device, int threads, int index) {
   switch (device) {
     case Device::cpu:
+      if (index != 0) fail(ErrorCode::invalid_argument, "the cpu backend has one device (index 0), not {}", index);
       return cpu::make_cpu_backend({.threads = threads, .isa = std::nullopt});
     case Device::cuda:
 #if defined(EMBER_HAVE_CUDA)
-      return cuda::make_cuda_backend();
+      return cuda::make_cuda_backend(index);
 #else
       fail(ErrorCode::unsupported, "this build of ember has no CUDA backend (configure with EMBER_CUDA=ON and nvcc)");
 #endif

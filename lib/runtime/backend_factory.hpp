@@ -9,9 +9,10 @@
 
 namespace ember::runtime {
 
-// A backend for `device` using `threads` threads (CPU). Throws unsupported when the
-// device is not available in this build or on this machine.
-std::unique_ptr<backend::Backend> make_backend(Device device, int threads);
+// A backend for device `index` of kind `device`, using `threads` threads (CPU). Throws
+// unsupported when the device is not available in this build or on this machine, and
+// invalid_argument for an index that does not exist.
+std::unique_ptr<backend::Backend> make_backend(Device device, int threads, int index = 0);
 
 // Physical cores among the CPUs this process may run on (its affinity mask), SMT
 // siblings counted once; every allowed CPU when the topology cannot be read.

@@ -101,6 +101,7 @@ namespace {
 void validate(const ModelOptions& options) {
   require(options.threads >= 0 && options.threads <= 1024, "ModelOptions::threads must be in [0, 1024], got {}",
           options.threads);
+  require(options.device_index >= 0, "ModelOptions::device_index must be >= 0, got {}", options.device_index);
   require(options.kv_page_tokens >= 1 && options.kv_page_tokens <= 4096,
           "ModelOptions::kv_page_tokens must be in [1, 4096], got {}", options.kv_page_tokens);
   require(options.kv_pool_tokens >= 0 && options.kv_pool_tokens <= (int64_t(1) << 28),
@@ -128,7 +129,7 @@ std::unique_ptr<Model::Impl> build(std::shared_ptr<const gguf::File> file, const
   } else {
     // The weights are placed with a backend of one thread (no worker threads);
     // sessions run them on backends of their own.
-    impl->owner_backend = runtime::make_backend(options.backend, 1);
+    impl->owner_backend = runtime::make_backend(options.backend, 1, options.device_index);
     impl->loaded = model::LoadedModel::from_file(file, *impl->owner_backend);
     impl->info = describe(*impl->loaded, *file);
     const ModelInfo& i = impl->info;
@@ -266,8 +267,9 @@ runtime::Executor& Model::Impl::executor() const {
   std::lock_guard lock(executor_mutex);
   if (!executor_) {
     if (!loaded) fail(ErrorCode::invalid_argument, "the model was loaded with vocab_only; it has no weights to run");
-    executor_ = std::make_unique<runtime::Executor>(*loaded, runtime::make_backend(options.backend, threads),
-                                                    [this](quant::DType storage) { return kv_pool(storage); });
+    executor_ = std::make_unique<runtime::Executor>(
+        *loaded, runtime::make_backend(options.backend, threads, options.device_index),
+        [this](quant::DType storage) { return kv_pool(storage); });
     logger.debug("executor: {} threads", threads);
   }
   return *executor_;

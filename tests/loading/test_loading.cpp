@@ -119,6 +119,11 @@ TEST_CASE("images from memory and readers are validated like files", "[loading][
   // Options are checked before anything is read.
   test::expect_error([&] { Model::load_from_memory(image, {.threads = -1}); }, ErrorCode::invalid_argument,
                      "threads");
+  // Device indices: negative for any device, and any but 0 for the CPU.
+  test::expect_error([&] { Model::load_from_memory(image, {.device_index = -1}); }, ErrorCode::invalid_argument,
+                     "device_index");
+  test::expect_error([&] { Model::load_from_memory(image, {.device_index = 1}); }, ErrorCode::invalid_argument,
+                     "one device (index 0), not 1");
   // A cancelling progress callback.
   ModelOptions cancel;
   cancel.progress = [](float f) { return f < 0.5f; };
