@@ -64,6 +64,19 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
+// The end of every decode kernel: token t's row sum (the warp's lanes added) into
+// out[t][row], for the first n_tok of kN tokens.
+template <int kN>
+__device__ __forceinline__ void write_row_sums(const float (&acc)[kN], int n_tok, float* out, size_t out_stride,
+                                               int64_t row, int lane) {
+#pragma unroll
+  for (int t = 0; t < kN; ++t) {
+    if (t >= n_tok) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
+  }
+}
+
 // One warp per activation block: lane i takes value i (8 consecutive values for the
 // 256-value Q8_K); the block's maximum and sums are warp reductions. Every value goes
 // through the same float operations as in dev::q8_*_quantize, so the bytes are the
@@ -153,11 +166,7 @@ __global__ void matmul_blocks_kernel(const uint8_t* w, size_t w_stride, const ui
     for (int t = 0; t < kTokens; ++t)
       if (t < n_tok) acc[t] += W::dot(wb, a + size_t(t) * a_row_bytes + size_t(b) * W::Act::kBytes);
   }
-  for (int t = 0; t < kTokens; ++t) {
-    if (t >= n_tok) break;
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
-  }
+  write_row_sums<kTokens>(acc, n_tok, out, out_stride, row, lane);
 }
 
 // A 4-byte word at a 2-byte-aligned address (blocks of 18 and 34 bytes).
@@ -244,12 +253,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) matmul_q8act_kernel(
       }
     }
   }
-#pragma unroll
-  for (int t = 0; t < kN; ++t) {
-    if (kN > 1 && t >= n_tok) break;
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
-  }
+  write_row_sums<kN>(acc, n_tok, out, out_stride, row, lane);
 }
 
 // The K formats against Q8_K activations: the warp on one 256-value super-block, lane l
@@ -309,12 +313,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) matmul_k_kernel(
       acc[t] += k_lane_term<kKind>(wb, a + size_t(t) * a_row_bytes + size_t(b) * dev::kQ8_KBytes, lane);
     }
   }
-#pragma unroll
-  for (int t = 0; t < kN; ++t) {
-    if (kN > 1 && t >= n_tok) break;
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
-  }
+  write_row_sums<kN>(acc, n_tok, out, out_stride, row, lane);
 }
 
 // Float weights against f32 activations (the contract's activation type for them).
@@ -331,11 +330,7 @@ __global__ void matmul_float_kernel(const uint8_t* w, size_t w_stride, const flo
     for (int t = 0; t < kTokens; ++t)
       if (t < n_tok) acc[t] += v * x[size_t(t) * x_stride + size_t(i)];
   }
-  for (int t = 0; t < kTokens; ++t) {
-    if (t >= n_tok) break;
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
-  }
+  write_row_sums<kTokens>(acc, n_tok, out, out_stride, row, lane);
 }
 
 // Float weights, vectorized: each lane takes 8 consecutive values per step (16 bytes of
@@ -379,12 +374,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) matmul_float_vec_kernel(
                 v[7] * x1.w;
     }
   }
-#pragma unroll
-  for (int t = 0; t < kN; ++t) {
-    if (kN > 1 && t >= n_tok) break;
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) out[size_t(t) * out_stride + size_t(row)] = s;
-  }
+  write_row_sums<kN>(acc, n_tok, out, out_stride, row, lane);
 }
 
 unsigned row_blocks(int64_t n_out) { return unsigned((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock); }
