@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backend/host_buffer.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "cpu/ops/ops.hpp"
 #include "quant/quant.hpp"
 
@@ -94,6 +95,28 @@ Matrices& matrices(DType type, Shape shape) {
   return m;
 }
 
+// The same matrices in the CPU's rows8 layout (cpu/kernels/repack.hpp), as the CPU
+// backend repacks them at load.
+Matrices& repacked_matrices(DType type, Shape shape) {
+  static std::optional<Matrices> cached;
+  if (cached && cached->type == type && cached->shape.in == shape.in && cached->shape.out == shape.out) return *cached;
+  cached.reset();
+  const Matrices& plain = matrices(type, shape);
+  Matrices& m = cached.emplace();
+  m.type = type;
+  m.shape = shape;
+  m.bytes_each = plain.bytes_each;
+  for (const Tensor& t : plain.tensors) {
+    auto buffer = std::make_unique<HostBuffer>(m.bytes_each);
+    ember::cpu::repack_rows8(type, t.row_ptr(0), t.row_stride, buffer->host_data(), t.rows, t.cols);
+    Tensor r = ember::backend::make_tensor(*buffer, 0, type, shape.out, shape.in);
+    r.layout = ember::cpu::kLayoutRows8;
+    m.tensors.push_back(r);
+    m.buffers.push_back(std::move(buffer));
+  }
+  return m;
+}
+
 // A host tensor of normal f32 values.
 struct HostTensor {
   std::unique_ptr<HostBuffer> buffer;
@@ -143,9 +166,9 @@ void bench_mem_read(benchmark::State& state) {
 }
 
 void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int64_t n_tok,
-                  bool batch_invariant) {
+                  bool batch_invariant, bool repacked) {
   const int threads = int(state.range(0));
-  Matrices& m = matrices(type, shape);
+  Matrices& m = repacked ? repacked_matrices(type, shape) : matrices(type, shape);
   const HostTensor x = random_f32(n_tok, shape.in, 7);
   auto out_buffer = std::make_unique<HostBuffer>(size_t(n_tok * shape.out) * 4);
   const Tensor out = ember::backend::make_tensor(*out_buffer, 0, DType::f32, n_tok, shape.out);
@@ -241,7 +264,7 @@ void register_all() {
         const std::string name = "matmul/" + std::string(ember::quant::type_name(type)) + "/" +
                                  std::string(ember::cpu::isa_name(isa)) + "/" + std::to_string(shape.in) + "x" +
                                  std::to_string(shape.out) + "/tokens:";
-        benchmark::RegisterBenchmark((name + "1").c_str(), bench_matmul, type, isa, shape, int64_t(1), false)
+        benchmark::RegisterBenchmark((name + "1").c_str(), bench_matmul, type, isa, shape, int64_t(1), false, false)
             ->Arg(1)
             ->Arg(2)
             ->ArgName("threads")
@@ -249,13 +272,32 @@ void register_all() {
             ->UseRealTime();
         for (const int64_t n_tok : kPrefillTokens) {
           benchmark::RegisterBenchmark((name + std::to_string(n_tok)).c_str(), bench_matmul, type, isa, shape, n_tok,
-                                       false)
+                                       false, false)
               ->Arg(1)
               ->Arg(2)
               ->ArgName("threads")
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
         }
+      }
+    }
+  }
+  // Weights in the rows8 layout, where a level reads it (the CPU backend repacks them at load).
+  for (DType type : ember::quant::weight_types()) {
+    for (const Shape shape : kShapes) {
+      for (Isa isa : ember::cpu::available_isas()) {
+        if (ember::cpu::weight_kernels(isa, type).repacked.dot_tile == nullptr) continue;
+        const std::string name = "matmul_repacked/" + std::string(ember::quant::type_name(type)) + "/" +
+                                 std::string(ember::cpu::isa_name(isa)) + "/" + std::to_string(shape.in) + "x" +
+                                 std::to_string(shape.out) + "/tokens:";
+        for (const int64_t n_tok : {int64_t(1), int64_t(32), int64_t(128)})
+          benchmark::RegisterBenchmark((name + std::to_string(n_tok)).c_str(), bench_matmul, type, isa, shape, n_tok,
+                                       false, true)
+              ->Arg(1)
+              ->Arg(2)
+              ->ArgName("threads")
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
       }
     }
   }
@@ -269,7 +311,7 @@ void register_all() {
                                    std::to_string(shape.in) + "x" + std::to_string(shape.out) + "/tokens:" +
                                    std::to_string(n_tok) + "/" + (invariant ? "invariant" : "default");
           benchmark::RegisterBenchmark(name.c_str(), bench_matmul, type, ember::cpu::best_isa(), shape, n_tok,
-                                       invariant)
+                                       invariant, false)
               ->Arg(1)
               ->Arg(2)
               ->ArgName("threads")

@@ -91,6 +91,9 @@ class CudaBackend final : public backend::Backend {
     cuda::get_rows(stream_, table, ids, out);
   }
   void matmul(const backend::Tensor& weights, const backend::Tensor& x, const backend::Tensor& out) override {
+    if (weights.layout != 0)
+      fail(ErrorCode::invalid_argument, "matmul: the CUDA backend reads no repacked weights (layout {})",
+           weights.layout);
     cuda::matmul(stream_, weights, x, out, scratch_);
   }
   void add(const backend::Tensor& a, const backend::Tensor& b, const backend::Tensor& out) override {

@@ -92,6 +92,16 @@ struct WeightKernels {
   void (*dot_tile_invariant)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
                              size_t activation_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) = nullptr;
   static constexpr int kGroupTokens = 4;
+  // Optional (dot_tile null where the level has none): weights in the rows8 layout
+  // (cpu/kernels/repack.hpp), repacked at load by the CPU backend. dot_tile takes
+  // `weights` at the first row of a group and n_w a multiple of 8, for every token
+  // count; a token's result does not depend on the other tokens of the call (so it
+  // also serves backend::SumOrder::batch_invariant).
+  struct Repacked {
+    void (*dot_tile)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
+                     size_t activation_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) = nullptr;
+    int tile_x = 0;  // tokens from which matmul treats a call as prefill (as WeightKernels::tile_x)
+  } repacked = {};
 };
 
 // Kernels of `weight_type` at level `isa`; throws unsupported for types without kernels.

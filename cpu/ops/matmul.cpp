@@ -14,12 +14,15 @@
 //    (AVX2 Q8_0) take the other order: blocks of up to that many tokens, whose packed
 //    rows stay in L2, each passed over all chunks of weight rows (the matrix is read
 //    once per block; at 2 threads prefill is bound by arithmetic, not by those reads).
+//    Weights the backend repacked at load (Tensor::layout, cpu/kernels/repack.hpp) go
+//    to WeightKernels::repacked for every token count and sum order.
 #include <algorithm>
 #include <atomic>
 #include <new>
 #include <tuple>
 
 #include "common/fail.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "cpu/ops/ops.hpp"
 #include "quant/quant.hpp"
 
@@ -44,6 +47,11 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor& out) {
   const WeightKernels& kernels = weight_kernels(ctx.isa, weights.type);
+  const bool repacked = weights.layout != 0;
+  if (repacked && (weights.layout != kLayoutRows8 || kernels.repacked.dot_tile == nullptr ||
+                   weights.rows % kLayoutRows8Group != 0 || !weights.contiguous()))
+    fail(ErrorCode::invalid_argument, "matmul: {} weights [{}, {}] in layout {} have no {} kernel",
+         quant::type_name(weights.type), weights.rows, weights.cols, weights.layout, isa_name(ctx.isa));
   const int64_t n_out = weights.rows, n_in = weights.cols, n_tok = x.rows;
   if (n_out == 0 || n_tok == 0) return;
   if (n_in == 0) {
@@ -54,12 +62,13 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
     fail(ErrorCode::invalid_argument, "matmul: out row stride {} is not a multiple of 4 bytes", out.row_stride);
 
   // ---- 1. activations ----
-  const bool decode = n_tok <= kernels.tile_x;
+  const bool decode = n_tok <= (repacked ? kernels.repacked.tile_x : kernels.tile_x);
   // Batch-invariant sums: the kernel whose rows do not depend on the call's other tokens.
-  const auto invariant = ctx.batch_invariant ? kernels.dot_tile_invariant : nullptr;
+  const auto invariant = repacked ? kernels.repacked.dot_tile : ctx.batch_invariant ? kernels.dot_tile_invariant : nullptr;
   // The packed path: the batch-invariant one (every token count) or the prefill one.
   const WeightKernels::Packed* pk =
-      ctx.batch_invariant && kernels.invariant_packed.dot_tile != nullptr ? &kernels.invariant_packed
+      repacked ? nullptr
+      : ctx.batch_invariant && kernels.invariant_packed.dot_tile != nullptr ? &kernels.invariant_packed
       : !invariant && kernels.packed.dot_tile != nullptr && (!decode || kernels.packed.decode) ? &kernels.packed
                                                                                                : nullptr;
   const bool packed = pk != nullptr;
@@ -104,8 +113,8 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
 
   // ---- 2. dot products over chunks of weight rows ----
   const auto dot_tile = packed ? pk->dot_tile : invariant ? invariant : kernels.dot_tile;
-  const int tile_w = std::max(1, packed ? pk->tile_w : kernels.tile_w);
-  const int tile_x = std::max(1, packed ? pk->tile_x : kernels.tile_x);
+  const int tile_w = repacked ? kLayoutRows8Group : std::max(1, packed ? pk->tile_w : kernels.tile_w);
+  const int tile_x = std::max(1, repacked ? kernels.repacked.tile_x : packed ? pk->tile_x : kernels.tile_x);
   const std::byte* w = weights.row_ptr(0);
   const size_t w_row_bytes = weights.row_stride;
   float* dst = out.row_ptr<float>(0);
@@ -120,7 +129,7 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   const int token_block = decode ? int(n_tok) : std::max(tile_x, kTokenBlock / tile_x * tile_x);
   // Kernels whose reference sums whole groups of tokens in another order (WeightKernels::dot_tile_grouped);
   // not when every token must be summed alike whatever its batch.
-  const auto grouped = packed || ctx.batch_invariant ? nullptr : kernels.dot_tile_grouped;
+  const auto grouped = packed || repacked || ctx.batch_invariant ? nullptr : kernels.dot_tile_grouped;
   const int64_t grouped_end = grouped ? n_tok - n_tok % WeightKernels::kGroupTokens : 0;
 
   // Blocks of tokens outermost (Packed::token_block): work item i is token block

@@ -75,6 +75,9 @@ enum class SumOrder {
   batch_invariant,
 };
 
+// The ops of the backend contract, for Backend::supports.
+enum class Op { get_rows, matmul, add, mul, scale, rms_norm, rope, glu, kv_store, kv_load, copy_rows, attention };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -96,6 +99,21 @@ class Backend {
   virtual void download(const Tensor& src, void* dst) = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() {}
+  // Called once at load for a weight that only ever goes to matmul as `weights`: the
+  // backend may rewrite it into a layout of its own that its matmul reads faster
+  // (Tensor::layout != 0; same bytes or more), in a new buffer it returns, and set
+  // `weight` to view it. The caller keeps the buffer alive as long as the tensor and
+  // passes the tensor to no other op. Returns nullptr and leaves `weight` as it was
+  // when the backend has no better layout for it.
+  virtual std::shared_ptr<Buffer> prepare_weight(Tensor& weight) { return nullptr; }
+
+  // Whether this backend runs `op` with `type` as its typed operand: get_rows the table,
+  // matmul the weights, kv_store / kv_load / copy_rows / attention the cache, the
+  // other ops their f32 inputs. For checks before a model is placed on a backend (an
+  // error naming the type, not a failure in the middle of a forward pass). The default
+  // is the whole contract (every weight type of quant::weight_types(), every KV
+  // storage type, any type for copy_rows, f32 elsewhere), which the CPU, reference and CUDA backends implement.
+  virtual bool supports(Op op, DType type) const;
 
   // ---- ops: see lib/backend/ops/<op>.hpp for each contract; call through ops::<op>() ----
   virtual void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

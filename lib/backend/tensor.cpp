@@ -7,6 +7,9 @@ namespace ember::backend {
 Tensor Tensor::slice_rows(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > rows)
     fail(ErrorCode::internal, "slice_rows [{}, {}) outside {} rows", first, first + count, rows);
+  if (layout != 0 && (first % kLayoutGroupRows != 0 || (count % kLayoutGroupRows != 0 && first + count != rows)))
+    fail(ErrorCode::internal, "slice_rows [{}, {}) cuts a group of {} rows of a repacked weight", first, first + count,
+         kLayoutGroupRows);
   Tensor t = *this;
   t.offset += size_t(first) * row_stride;
   t.rows = count;
@@ -25,6 +28,7 @@ Tensor Tensor::slice_cols(int64_t first, int64_t count) const {
 }
 
 Tensor Tensor::reshape(int64_t new_rows, int64_t new_cols) const {
+  if (layout != 0) fail(ErrorCode::internal, "reshape of a repacked weight");
   if (!contiguous()) fail(ErrorCode::internal, "reshape of a strided tensor");
   if (new_rows * new_cols != rows * cols)
     fail(ErrorCode::internal, "reshape [{}, {}] -> [{}, {}] changes the element count", rows, cols, new_rows,

@@ -37,6 +37,12 @@ struct Tensor {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_stride = 0;
+  // 0: rows in the format's own block layout. Other values: a backend's private
+  // layout of matmul weights (Backend::prepare_weight), in which rows come in groups
+  // of kLayoutGroupRows whose bytes are interleaved; only that backend's matmul reads
+  // it, slices must keep whole groups, and every other op rejects it.
+  uint8_t layout = 0;
+  static constexpr int64_t kLayoutGroupRows = 8;
 
   size_t row_bytes() const { return quant::row_bytes(type, cols); }
   size_t bytes() const { return rows == 0 ? 0 : size_t(rows - 1) * row_stride + row_bytes(); }

@@ -52,6 +52,10 @@ int32_t checked_pages(const PoolConfig& c) {
 }  // namespace
 
 Pool::Pool(backend::Backend& backend, const PoolConfig& config) : config_(config), pages_(checked_pages(config)) {
+  for (const backend::Op op : {backend::Op::kv_store, backend::Op::attention})
+    if (!backend.supports(op, config.storage))
+      fail(ErrorCode::unsupported, "KV cache: the {} backend cannot store or attend over {} rows", backend.name(),
+           quant::type_name(config.storage));
   const int64_t rows = int64_t(config.n_pages) * config.page_tokens;
   const size_t k_bytes = quant::row_bytes(config.storage, config.k_width) * size_t(rows);
   const size_t v_bytes = quant::row_bytes(config.storage, config.v_width) * size_t(rows);

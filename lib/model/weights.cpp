@@ -27,6 +27,12 @@ class Loader {
     buffers_.push_back(data_);
   }
 
+  void expect_backend_supports(const std::string& name, quant::DType type) const {
+    if (!backend_.supports(backend::Op::matmul, type))
+      fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}, which the {} backend cannot multiply", file_.name(),
+           name, quant::type_name(type), backend_.name());
+  }
+
   // A matrix [rows, cols] in its file format.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols) {
     const gguf::TensorInfo& info = file_.tensor(name);
@@ -34,6 +40,7 @@ class Loader {
     if (!quant::type_info(info.type).weight_supported)
       fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}, which ember cannot multiply", file_.name(), name,
            quant::type_name(info.type));
+    expect_backend_supports(name, info.type);
     bytes_ += info.n_bytes;
     return backend::make_tensor(*data_, size_t(info.offset), info.type, rows, cols);
   }
@@ -48,6 +55,7 @@ class Loader {
     if (!quant::type_info(info.type).weight_supported)
       fail(ErrorCode::unsupported, "{}: tensor '{}' has type {}, which ember cannot multiply", file_.name(), name,
            quant::type_name(info.type));
+    expect_backend_supports(name, info.type);
     bytes_ += info.n_bytes;
     return backend::make_tensor(*data_, size_t(info.offset), info.type, n_expert * rows, cols);
   }
@@ -184,6 +192,70 @@ std::vector<Tensor*> Weights::slots() {
                       &l.ffn_gate_inp, &l.exp_gate, &l.exp_up, &l.exp_down})
       out.push_back(t);
   return out;
+}
+
+void Weights::prepare_for_matmul(backend::Backend& backend) {
+  // Each entry: the slots viewing consecutive row ranges of one matrix of the file.
+  std::vector<std::vector<Tensor*>> matrices;
+  const bool tied = output.buffer == token_embd.buffer && output.offset == token_embd.offset;
+  if (!tied) matrices.push_back({&output});
+  for (LayerWeights& l : layers) {
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv}) matrices.push_back({t});
+    for (Tensor* t : {&l.w_gate, &l.w_up}) matrices.push_back({t});
+    matrices.push_back({&l.wo});
+    matrices.push_back({&l.w_down});
+  }
+  // Slots that are slices of one matrix (fused projections) are merged into one entry.
+  std::vector<std::vector<Tensor*>> merged;
+  for (auto& m : matrices) {
+    Tensor* t = m[0];
+    if (t->empty()) continue;
+    if (!merged.empty()) {
+      const Tensor* last = merged.back().back();
+      if (last->buffer == t->buffer && last->type == t->type && last->cols == t->cols &&
+          last->row_stride == t->row_stride && last->offset + size_t(last->rows) * last->row_stride == t->offset) {
+        merged.back().push_back(t);
+        continue;
+      }
+    }
+    merged.push_back(m);
+  }
+  for (const auto& m : merged) {
+    Tensor whole = *m[0];
+    bool whole_groups = whole.rows % Tensor::kLayoutGroupRows == 0;
+    for (size_t i = 1; i < m.size(); ++i) {
+      whole.rows += m[i]->rows;
+      whole_groups &= m[i]->rows % Tensor::kLayoutGroupRows == 0;
+    }
+    if (!whole_groups || whole.layout != 0) continue;
+    Tensor prepared = whole;
+    std::shared_ptr<backend::Buffer> buffer;
+    try {
+      buffer = backend.prepare_weight(prepared);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::out_of_memory) throw;
+      continue;  // the file's layout works too
+    }
+    if (!buffer) continue;
+    buffers_.push_back(std::move(buffer));
+    prepared_.push_back({prepared, whole});
+    int64_t first = 0;
+    for (Tensor* t : m) {
+      *t = prepared.slice_rows(first, t->rows);
+      first += t->rows;
+    }
+  }
+}
+
+Tensor Weights::plain(const Tensor& t) const {
+  if (t.layout == 0) return t;
+  for (const Prepared& p : prepared_)
+    if (p.prepared.buffer == t.buffer && t.offset >= p.prepared.offset &&
+        t.offset < p.prepared.offset + p.prepared.bytes()) {
+      const int64_t first = int64_t((t.offset - p.prepared.offset) / p.prepared.row_stride);
+      return p.original.slice_rows(first, t.rows);
+    }
+  fail(ErrorCode::internal, "Weights::plain: a repacked matrix these weights did not prepare");
 }
 
 }  // namespace ember::model

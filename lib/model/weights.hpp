@@ -57,8 +57,23 @@ struct Weights {
   // place (lib/quantize/sensitivity.cpp); a Forward built on these weights sees the swap.
   std::vector<Tensor*> slots();
 
+  // Lets `backend` rewrite the matrices that only matmul reads (every layer's
+  // projections and an untied output matrix; not the embeddings, which get_rows reads,
+  // nor experts) into its own layout (Backend::prepare_weight). Fused matrices (qkv,
+  // gate+up) are prepared whole when every slice keeps whole groups of rows. A matrix
+  // the backend has no memory for stays as it is. Call once, before any Forward.
+  void prepare_for_matmul(backend::Backend& backend);
+  // `t` in the file's own layout: `t`, or for a matrix prepare_for_matmul rewrote (or
+  // a row slice of one) the view of the file's bytes it was made from. For code that
+  // reads weight rows itself (speculative drafts derived from the model).
+  Tensor plain(const Tensor& t) const;
+
  private:
   std::vector<std::shared_ptr<backend::Buffer>> buffers_;
+  struct Prepared {
+    Tensor prepared, original;  // whole matrices
+  };
+  std::vector<Prepared> prepared_;
 };
 
 }  // namespace ember::model

@@ -12,10 +12,7 @@
 #include "common/fail.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/kernels/kernels.hpp"
-
-#if defined(EMBER_HAVE_CUDA)
-#include "cuda/cuda_backend.hpp"
-#endif
+#include "runtime/backend_registry.hpp"
 
 namespace ember::runtime {
 
@@ -58,19 +55,23 @@ int default_threads() { return physical_cores(); }
 
 std::string cpu_kernel_level() { return std::string(cpu::isa_name(cpu::best_isa())); }
 
-std::unique_ptr<backend::Backend> make_backend(Device device, int threads, int index) {
+std::string_view device_name(Device device) {
   switch (device) {
-    case Device::cpu:
-      if (index != 0) fail(ErrorCode::invalid_argument, "the cpu backend has one device (index 0), not {}", index);
-      return cpu::make_cpu_backend({.threads = threads, .isa = std::nullopt});
-    case Device::cuda:
-#if defined(EMBER_HAVE_CUDA)
-      return cuda::make_cuda_backend(index);
-#else
-      fail(ErrorCode::unsupported, "this build of ember has no CUDA backend (configure with EMBER_CUDA=ON and nvcc)");
-#endif
+    case Device::cpu: return "cpu";
+    case Device::cuda: return "cuda";
   }
   fail(ErrorCode::invalid_argument, "unknown device {}", int(device));
+}
+
+std::unique_ptr<backend::Backend> make_backend(Device device, int threads, int index) {
+  const std::string_view name = device_name(device);
+  const std::optional<BackendFactory> factory = find_backend(name);
+  if (!factory) {
+    if (device == Device::cuda)
+      fail(ErrorCode::unsupported, "this build of ember has no CUDA backend (configure with EMBER_CUDA=ON and nvcc)");
+    fail(ErrorCode::unsupported, "this build of ember has no {} backend", name);
+  }
+  return factory->create(threads, index);
 }
 
 }  // namespace ember::runtime

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.hpp"
 #include "ember/model.hpp"
@@ -12,7 +13,11 @@ namespace ember::runtime {
 // A backend for device `index` of kind `device`, using `threads` threads (CPU). Throws
 // unsupported when the device is not available in this build or on this machine, and
 // invalid_argument for an index that does not exist.
+// The backend comes from the registry (runtime/backend_registry.hpp) under
+// device_name(device).
 std::unique_ptr<backend::Backend> make_backend(Device device, int threads, int index = 0);
+// The registry name of a Device ("cpu", "cuda").
+std::string_view device_name(Device device);
 
 // Physical cores among the CPUs this process may run on (its affinity mask), SMT
 // siblings counted once; every allowed CPU when the topology cannot be read.

@@ -131,6 +131,9 @@ std::unique_ptr<Model::Impl> build(std::shared_ptr<const gguf::File> file, const
     // sessions run them on backends of their own.
     impl->owner_backend = runtime::make_backend(options.backend, 1, options.device_index);
     impl->loaded = model::LoadedModel::from_file(file, *impl->owner_backend);
+    // Matrices in the backend's own layout where it has a faster one (the CPU's AVX2
+    // levels: Q4_0, Q4_1, Q5_1; cpu/kernels/repack.hpp).
+    impl->loaded->weights.prepare_for_matmul(*impl->owner_backend);
     impl->info = describe(*impl->loaded, *file);
     const ModelInfo& i = impl->info;
     impl->logger.info(

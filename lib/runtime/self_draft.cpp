@@ -242,14 +242,18 @@ std::shared_ptr<const SelfDraftWeights> derive_self_draft(const Model::Impl& m, 
     d->hparams.n_layer = int(o.self_layers.size());
   }
   if (o.self_vocab > 0) d->vocab = frequent_tokens(m.require_tokenizer(), o.self_vocab);
-  d->full_output = base.weights.output;
+  // Rows are read and copied here: the file's layout, not a backend's repacked one.
+  d->full_output = base.weights.plain(base.weights.output);
   // The output matrix keeps its type (as llama-quantize keeps it wider): its error
   // moves every logit, and self_vocab is what makes it cheap.
-  d->weights.output = derive_matrix(base.weights.output, d->vocab, false, be, d->buffers);
+  if (!d->vocab.empty()) d->weights.output = derive_matrix(d->full_output, d->vocab, false, be, d->buffers);
   if (o.self_lowbit) {
     for (model::LayerWeights& L : d->weights.layers)
       for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        if (!t->empty()) *t = derive_matrix(*t, {}, true, be, d->buffers);  // MoE layers have no dense FFN
+        if (!t->empty()) {  // MoE layers have no dense FFN
+          const Tensor derived = derive_matrix(base.weights.plain(*t), {}, true, be, d->buffers);
+          if (derived.buffer != base.weights.plain(*t).buffer) *t = derived;  // else keep the repacked view
+        }
   }
   m.logger.info("speculative: self draft of {} layers, {} output rows{}", d->hparams.n_layer, d->weights.output.rows,
                 o.self_lowbit ? ", Q4_0 matrices" : "");

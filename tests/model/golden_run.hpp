@@ -18,6 +18,7 @@ namespace ember::test {
 // Runs the golden sequence: the prompt as one batch, then the greedy tokens one by one.
 inline std::vector<float> run_golden(const std::string& name, backend::Backend& be, const GoldenCase& g) {
   auto model = model::LoadedModel::open(golden_dir() / (name + ".gguf"), be);
+  model->weights.prepare_for_matmul(be);  // as Model::load does (the CPU's repacked matrices)
   REQUIRE(model->hparams.n_vocab == g.vocab);
   kv::CacheConfig cfg;
   cfg.n_layer = model->hparams.n_layer;

@@ -76,6 +76,7 @@ void check_file(const std::string& name) {
   const auto check = [&](backend::Backend& be, const std::string& level) {
     INFO(name << " on " << level);
     auto model = model::LoadedModel::open(arch_dir() / (name + ".gguf"), be);
+    model->weights.prepare_for_matmul(be);  // as Model::load does (the CPU's repacked matrices)
     REQUIRE(model->hparams.n_vocab == g.vocab);
     const std::vector<float> ours = run_sequence(*model, be, g);
     REQUIRE(ours.size() == g.logits.size());

@@ -1,13 +1,17 @@
 // A model larger than its backend's memory: load() fails with out_of_memory, naming
 // the file, the model's size and the backend's own numbers, and leaves nothing behind.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/reference/reference_backend.hpp"
 #include "common/catch.hpp"
 #include "common/paths.hpp"
 #include "ember/error.hpp"
+#include "kv/page_pool.hpp"
 #include "model/loaded_model.hpp"
+#include "runtime/backend_factory.hpp"
+#include "runtime/backend_registry.hpp"
 
 using namespace ember;
 
@@ -19,6 +23,11 @@ class SmallMemoryBackend final : public backend::Backend {
  public:
   explicit SmallMemoryBackend(size_t capacity) : inner_(reference::make_reference_backend()), capacity_(capacity) {}
   std::string_view name() const override { return "small-memory"; }
+  // Backend::supports, except for the type `refused` (for the tests of the checks at load).
+  bool supports(backend::Op op, backend::DType type) const override {
+    return type != refused && inner_->supports(op, type);
+  }
+  std::optional<backend::DType> refused;
   std::unique_ptr<backend::Buffer> allocate(size_t bytes) override {
     take(bytes);
     return inner_->allocate(bytes);
@@ -90,4 +99,97 @@ TEST_CASE("a model larger than the backend's memory fails at load with the sizes
   // The same backend with room enough loads the model.
   SmallMemoryBackend large(size_t(64) << 20);
   CHECK_NOTHROW(model::LoadedModel::open(path, large));
+}
+
+TEST_CASE("weights and KV caches of a type the backend does not support are refused at load", "[load]") {
+  const auto path = test::golden_dir() / "llama-Q4_0.gguf";
+  EMBER_SKIP_IF_MISSING(path);
+  SmallMemoryBackend be(size_t(64) << 20);
+  CHECK(be.supports(backend::Op::matmul, backend::DType::q4_0));
+  CHECK_FALSE(be.supports(backend::Op::matmul, backend::DType::i32));
+  CHECK(be.supports(backend::Op::attention, backend::DType::kv_q4_g32));
+  CHECK_FALSE(be.supports(backend::Op::attention, backend::DType::q4_0));
+  CHECK(be.supports(backend::Op::copy_rows, backend::DType::q4_0));
+  CHECK(be.supports(backend::Op::add, backend::DType::f32));
+  CHECK_FALSE(be.supports(backend::Op::add, backend::DType::f16));
+  be.refused = backend::DType::q4_0;
+  try {
+    (void)model::LoadedModel::open(path, be);
+    FAIL("Q4_0 weights loaded on a backend that cannot multiply them");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::unsupported);
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("which the small-memory backend cannot multiply") != std::string::npos);
+  }
+  be.refused = backend::DType::f16;
+  kv::PoolConfig config;
+  config.n_pages = 2;
+  config.page_tokens = 16;
+  config.k_width = config.v_width = 64;
+  config.storage = backend::DType::f16;
+  try {
+    kv::Pool pool(be, config);
+    FAIL("an F16 KV pool was made on a backend without F16 attention");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::unsupported);
+    CHECK(std::string(e.what()).find("cannot store or attend over F16 rows") != std::string::npos);
+  }
+  config.storage = backend::DType::kv_q8_g32;
+  CHECK_NOTHROW(kv::Pool(be, config));
+}
+
+TEST_CASE("backends come from the registry, checked by name and interface version", "[load][registry]") {
+  const std::vector<runtime::BackendFactory> all = runtime::registered_backends();
+  REQUIRE_FALSE(all.empty());
+  CHECK(all[0].name == "cpu");  // every build has it, registered first
+  const auto cpu = runtime::find_backend("cpu");
+  REQUIRE(cpu);
+  CHECK(cpu->interface_version == runtime::kBackendInterfaceVersion);
+  CHECK(cpu->device_count() == 1);
+  CHECK(cpu->create(1, 0)->name() == "cpu");
+  CHECK_THROWS_AS(cpu->create(1, 1), Error);
+  CHECK_FALSE(runtime::find_backend("no-such-backend"));
+  // make_backend goes through the registry; a CUDA build registers "cuda", and with no
+  // device its factory reports 0 devices and create fails with unsupported.
+  CHECK(runtime::make_backend(Device::cpu, 1)->name() == "cpu");
+  if (const auto cuda = runtime::find_backend("cuda")) {
+    if (cuda->device_count() == 0) {
+      try {
+        (void)runtime::make_backend(Device::cuda, 1);
+        FAIL("a CUDA backend without a device");
+      } catch (const Error& e) {
+        CHECK(e.code() == ErrorCode::unsupported);
+      }
+    }
+  } else {
+    try {
+      (void)runtime::make_backend(Device::cuda, 1);
+      FAIL("a CUDA backend in a build without one");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::unsupported);
+      CHECK(std::string(e.what()).find("no CUDA backend") != std::string::npos);
+    }
+  }
+  // Registration: a new name is found; a duplicate name, a missing function or another
+  // interface version is refused.
+  const auto create = [](int threads, int index) { return runtime::find_backend("cpu")->create(threads, index); };
+  const auto one = [] { return 1; };
+  runtime::register_backend({"test-registry", runtime::kBackendInterfaceVersion, one, create});
+  CHECK(runtime::find_backend("test-registry"));
+  CHECK(runtime::registered_backends().size() == all.size() + 1);
+  try {
+    runtime::register_backend({"cpu", runtime::kBackendInterfaceVersion, one, create});
+    FAIL("a second backend named cpu");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_argument);
+  }
+  try {
+    runtime::register_backend({"test-old", runtime::kBackendInterfaceVersion - 1, one, create});
+    FAIL("a backend of another interface version");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::internal);
+    CHECK(std::string(e.what()).find("interface version") != std::string::npos);
+  }
+  CHECK_THROWS_AS(runtime::register_backend({"test-empty", runtime::kBackendInterfaceVersion, nullptr, create}), Error);
+  CHECK_FALSE(runtime::find_backend("test-old"));
 }

@@ -13,6 +13,7 @@
 
 #include "common/catch.hpp"
 #include "cpu/kernels/kernels.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "ember/error.hpp"
 #include "quant/formats.hpp"
 #include "quant/helpers.hpp"
@@ -232,6 +233,71 @@ TEST_CASE("packed prefill kernels agree with quant::dot_row", "[kernels][packed]
   bool has_avx512 = false;
   for (Isa isa : ember::cpu::available_isas()) has_avx512 |= isa == Isa::avx512;
   if (has_avx512) CHECK(tested >= 3);
+}
+
+TEST_CASE("repacked (rows8 layout) kernels agree with quant::dot_row, token by token", "[kernels][repack]") {
+  // 24 rows (3 groups of 8) in the rows8 layout against the file's layout through
+  // quant::dot_row; 1, 5 and 35 tokens (decode, prefill, more than one pass of 32), each
+  // token's results bit-identical whatever the other tokens of the call.
+  const int n_w = 24;
+  const size_t out_stride = 29;
+  int tested = 0;
+  for (Isa isa : ember::cpu::available_isas()) {
+    for (DType type : quant::weight_types()) {
+      const auto& k = ember::cpu::weight_kernels(isa, type);
+      if (!k.repacked.dot_tile) continue;
+      REQUIRE(ember::cpu::rows8_layout_defined(type));
+      CHECK(k.repacked.tile_x >= 1);
+      ++tested;
+      for (int64_t n : test::test_lengths(type)) {
+        const size_t w_row = quant::row_bytes(type, n), a_row = quant::row_bytes(k.activation_type, n);
+        std::vector<std::byte> w(w_row * n_w), packed(w_row * n_w), a(a_row * 35);
+        for (int r = 0; r < n_w; ++r) {
+          const auto row = test::quantize(type, test::random_values(n, 7000 + uint32_t(r * 11 + n)));
+          std::memcpy(w.data() + r * w_row, row.data(), row.size());
+        }
+        ember::cpu::repack_rows8(type, w.data(), w_row, packed.data(), n_w, n);
+        CHECK(packed != w);
+        for (int t = 0; t < 35; ++t) {
+          const auto row = test::quantize(k.activation_type, test::random_values(n, 8000 + uint32_t(t * 5 + n)));
+          std::memcpy(a.data() + t * a_row, row.data(), row.size());
+        }
+        std::vector<float> single(out_stride * 35, std::numeric_limits<float>::quiet_NaN());
+        for (int t = 0; t < 35; ++t)
+          k.repacked.dot_tile(packed.data(), w_row, n_w, a.data() + t * a_row, a_row, 1, single.data() + t * out_stride,
+                              out_stride, n);
+        for (int n_x : {1, 5, 35}) {
+          INFO(label(isa, type, n) << " n_x=" << n_x);
+          std::vector<float> out(out_stride * size_t(n_x), std::numeric_limits<float>::quiet_NaN());
+          k.repacked.dot_tile(packed.data(), w_row, n_w, a.data(), a_row, n_x, out.data(), out_stride, n);
+          for (int t = 0; t < n_x; ++t) {
+            for (int r = 0; r < n_w; ++r) {
+              const std::byte* wr = w.data() + r * w_row;
+              const std::byte* ar = a.data() + t * a_row;
+              const double expected = quant::dot_row(type, wr, ar, n);
+              const double tol = test::kSummationTolerance * test::dot_magnitude(type, wr, ar, n);
+              const float got = out[t * out_stride + size_t(r)];
+              CHECK(std::fabs(double(got) - expected) <= tol);
+              CHECK(std::memcmp(&got, &single[t * out_stride + size_t(r)], sizeof(float)) == 0);
+            }
+            for (size_t c = size_t(n_w); c < out_stride; ++c) CHECK(std::isnan(out[t * out_stride + c]));
+          }
+        }
+      }
+    }
+  }
+  // The AVX2 levels repack Q4_0, Q4_1 and Q5_1.
+  bool has_avx2 = false;
+  for (Isa isa : ember::cpu::available_isas()) has_avx2 |= isa == Isa::avx2;
+  if (has_avx2) CHECK(tested >= 3);
+}
+
+TEST_CASE("repack_rows8 rejects what its layout does not cover", "[kernels][repack]") {
+  std::vector<std::byte> src(18 * 8 * 2), dst(src.size());
+  CHECK_FALSE(ember::cpu::rows8_layout_defined(DType::q8_0));
+  CHECK_THROWS_AS(ember::cpu::repack_rows8(DType::q8_0, src.data(), 34, dst.data(), 8, 32), ember::Error);
+  CHECK_THROWS_AS(ember::cpu::repack_rows8(DType::q4_0, src.data(), 18, dst.data(), 7, 32), ember::Error);
+  CHECK_NOTHROW(ember::cpu::repack_rows8(DType::q4_0, src.data(), 36, dst.data(), 8, 64));
 }
 
 TEST_CASE("dot_tile over one activation row streams long rows in segments", "[kernels]") {

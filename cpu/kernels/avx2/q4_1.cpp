@@ -36,6 +36,6 @@ constexpr DotTileFn kPlain = dot_tile<Step, kTileW, kTileX>;
 
 extern const WeightKernels kQ4_1 = {quant::DType::q4_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
                                     dot_tile_rows8_32<Q4_1Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
-                                    {}, kPlain};
+                                    {}, kPlain, {dot_tile_rows8_32_repacked<Q4_1Rows8>, 4}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS

@@ -12,25 +12,23 @@
 #include <vector>
 
 #include "cpu/kernels/avx2/rows8.hpp"
+#include "cpu/kernels/tile.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
 
 // Codes of one block of 8 rows: q[k] lane r = values 4k .. 4k + 3 of row r (k < 4) and
-// 16 + 4 (k - 4) .. (k >= 4), the order of the activation block's dwords.
+// 16 + 4 (k - 4) .. (k >= 4), the order of the activation block's dwords; from the
+// transposed nibble bytes (bytes[k] lane r = dword k of row r) and, for 5 bits, the
+// rows' qh words (lane r).
 template <class C>
-inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]) {
-  __m256i bytes[4];
-  load_transposed8_half(block + C::kCodes, stride, bytes);
+inline void expand_codes_rows8(const __m256i bytes[4], __m256i h, __m256i q[8]) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   for (int k = 0; k < 4; ++k) {
     q[k] = _mm256_and_si256(bytes[k], nibble);
     q[4 + k] = _mm256_and_si256(_mm256_srli_epi16(bytes[k], 4), nibble);
   }
   if constexpr (C::kBits == 5) {
-    alignas(32) uint32_t qh[8];
-    for (int r = 0; r < 8; ++r) qh[r] = load_u32(block + size_t(r) * stride + C::kHigh);
-    const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(qh));
     // Bit v of qh is the fifth bit of value v; a multiply by 2^4 + 2^11 + 2^18 + 2^25
     // moves bit j of a nibble to bit 4 of byte j.
     const __m256i spread = _mm256_set1_epi32(0x02040810), bit4 = _mm256_set1_epi32(0x10101010);
@@ -40,6 +38,37 @@ inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]
       q[k] = _mm256_or_si256(q[k], _mm256_and_si256(_mm256_mullo_epi32(bits, spread), bit4));
     }
   }
+}
+
+// The codes of one block of 8 rows in the file's layout (rows `stride` bytes apart).
+template <class C>
+inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]) {
+  __m256i bytes[4];
+  load_transposed8_half(block + C::kCodes, stride, bytes);
+  __m256i h = _mm256_setzero_si256();
+  if constexpr (C::kBits == 5) {
+    alignas(32) uint32_t qh[8];
+    for (int r = 0; r < 8; ++r) qh[r] = load_u32(block + size_t(r) * stride + C::kHigh);
+    h = _mm256_load_si256(reinterpret_cast<const __m256i*>(qh));
+  }
+  expand_codes_rows8<C>(bytes, h, q);
+}
+
+// Offsets in a record of the rows8 layout (cpu/kernels/repack.hpp): one block of 8 rows.
+template <class C>
+struct Rows8Record {
+  static constexpr size_t kD = 0, kM = 16, kQh = C::kMin ? 32 : 16, kCodes = kQh + (C::kBits == 5 ? 32 : 0);
+  static constexpr size_t kBytes = 8 * C::kBlockBytes;
+  static_assert(kCodes + 128 == kBytes, "a record holds exactly the 8 blocks' bytes");
+};
+
+// The codes of one record of the rows8 layout.
+template <class C>
+inline void load_codes_record(const std::byte* rec, __m256i q[8]) {
+  using R = Rows8Record<C>;
+  const __m256i bytes[4] = {load256(rec + R::kCodes), load256(rec + R::kCodes + 32), load256(rec + R::kCodes + 64),
+                            load256(rec + R::kCodes + 96)};
+  expand_codes_rows8<C>(bytes, C::kBits == 5 ? load256(rec + R::kQh) : _mm256_setzero_si256(), q);
 }
 
 // Integer dot products of one block for 8 rows (lane r) with one activation block's codes.
@@ -60,9 +89,12 @@ void prepare_bias_rows8(const std::byte* a, size_t a_row_bytes, int n_x, int64_t
     }
 }
 
-template <class C>
+// 8 weight rows (file layout, rows w_row_bytes apart; or, kRepacked, one group of the
+// rows8 layout) by n_x activation rows.
+template <class C, bool kRepacked = false>
 void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
               size_t out_stride, int64_t n, const int32_t* bias) {
+  using R = Rows8Record<C>;
   constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
   constexpr size_t kActCodes = C::kMin ? 4 : 2;
   const int64_t nb = n / quant::kQK;
@@ -71,12 +103,19 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
     alignas(32) float acc[kRows8Tokens][8];
     for (int t = 0; t < nt; ++t) _mm256_store_ps(acc[t], _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
-      const std::byte* wb = w + size_t(b) * C::kBlockBytes;
       __m256i q[8];
-      load_codes_rows8<C>(wb, w_row_bytes, q);
-      const __m256 d = load_fp16_rows8(wb, w_row_bytes);
-      __m256 m = _mm256_setzero_ps();
-      if constexpr (C::kMin) m = load_fp16_rows8(wb + 2, w_row_bytes);
+      __m256 d, m = _mm256_setzero_ps();
+      if constexpr (kRepacked) {
+        const std::byte* rec = w + size_t(b) * R::kBytes;
+        load_codes_record<C>(rec, q);
+        d = _mm256_cvtph_ps(load128(rec + R::kD));
+        if constexpr (C::kMin) m = _mm256_cvtph_ps(load128(rec + R::kM));
+      } else {
+        const std::byte* wb = w + size_t(b) * C::kBlockBytes;
+        load_codes_rows8<C>(wb, w_row_bytes, q);
+        d = load_fp16_rows8(wb, w_row_bytes);
+        if constexpr (C::kMin) m = load_fp16_rows8(wb + 2, w_row_bytes);
+      }
       for (int t = 0; t < nt; ++t) {
         const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
         const __m256i s = block_dot_rows8<C>(
@@ -112,6 +151,56 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
                          [&](const std::byte* w, float* o) {
                            rows8_32<C>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n, bias.data());
                          });
+}
+
+// One activation row against one group of the rows8 layout, the accumulator in a
+// register: the same operations in the same order as rows8_32<C, true> for one token
+// (so its results are bit-identical to a batch's), without the accumulator's round
+// trip through memory per block, which bounds a one-token pass.
+template <class C>
+inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int64_t nb, const int32_t* bias) {
+  using R = Rows8Record<C>;
+  constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
+  constexpr size_t kActCodes = C::kMin ? 4 : 2;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* rec = w + size_t(b) * R::kBytes;
+    const std::byte* ab = a + size_t(b) * kActBlock;
+    // A record spans 2-4 cache lines; the prefetchers alone fall behind one stream.
+    for (size_t off = 0; off < R::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
+    __m256i q[8];
+    load_codes_record<C>(rec, q);
+    const __m256i s = block_dot_rows8<C>(C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), q,
+                                         ab + kActCodes);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_cvtph_ps(load128(rec + R::kD)),
+                                                               _mm256_set1_ps(half_at(ab))),
+                          acc);
+    if constexpr (C::kMin) acc = _mm256_fmadd_ps(_mm256_cvtph_ps(load128(rec + R::kM)), _mm256_set1_ps(half_at(ab + 2)), acc);
+  }
+  store_rows8(out, acc);
+}
+
+// WeightKernels::Repacked::dot_tile: whole groups of the rows8 layout, every token
+// count. Each token's sums run in the same order whatever n_x.
+template <class C>
+void dot_tile_rows8_32_repacked(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                                size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  const int64_t nb = n / quant::kQK;
+  thread_local std::vector<int32_t> bias;
+  if constexpr (!C::kMin) {
+    if (bias.size() < size_t(n_x) * size_t(nb)) bias.resize(size_t(n_x) * size_t(nb));
+    prepare_bias_rows8<C>(a, a_row_bytes, n_x, nb, bias.data());
+  }
+  for (int r = 0; r < n_w; r += kRows8) {
+    if (n_x == 1) {
+      rows8_32_one<C>(w + size_t(r) * w_row_bytes, a, out + r, nb, bias.data());
+    } else {
+      rows8_32<C, true>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n,
+                        bias.data());
+    }
+  }
 }
 
 }  // namespace

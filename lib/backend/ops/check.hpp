@@ -30,4 +30,11 @@ inline void expect_contiguous(const char* op, const char* operand, const Tensor&
   if (!t.contiguous()) fail(ErrorCode::invalid_argument, "{}: {} must be contiguous", op, operand);
 }
 
+// Weights repacked by a backend (Tensor::layout) go to that backend's matmul only.
+inline void expect_plain_layout(const char* op, const char* operand, const Tensor& t) {
+  if (t.layout != 0)
+    fail(ErrorCode::invalid_argument, "{}: {} is a weight repacked for matmul (layout {}); only matmul reads it", op,
+         operand, t.layout);
+}
+
 }  // namespace ember::ops::detail

@@ -13,6 +13,7 @@ namespace ember::ops {
 inline void get_rows(backend::Backend& be, const backend::Tensor& table, const backend::Tensor& ids,
                      const backend::Tensor& out) {
   using namespace detail;
+  expect_plain_layout("get_rows", "table", table);
   expect_type("get_rows", "ids", ids, DType::i32);
   expect_type("get_rows", "out", out, DType::f32);
   expect_shape("get_rows", "ids", ids, ids.rows, 1);

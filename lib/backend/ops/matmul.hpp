@@ -1,6 +1,7 @@
 // matmul: multiplies activations by a weight matrix kept in its file format.
 //
-//   weights: [n_out, n_in], any weight type (quant::weight_types()), rows contiguous
+//   weights: [n_out, n_in], any weight type (quant::weight_types()), rows contiguous;
+//            in the format's own layout, or in the one this backend's prepare_weight gave
 //   x:       [n_tok, n_in] f32
 //   out:     [n_tok, n_out] f32; out[t][o] = sum_i weights[o][i] * x[t][i]
 // Numerics (the contract every backend follows): each row of x is first converted

@@ -1,0 +1,59 @@
+#include "cpu/kernels/repack.hpp"
+
+#include <cstring>
+
+#include "common/fail.hpp"
+#include "quant/blocks.hpp"
+#include "quant/dtype.hpp"
+
+namespace ember::cpu {
+namespace {
+
+struct Rows8Format {
+  size_t block_bytes;
+  int m_offset;   // offset of the fp16 offset in a block, or -1
+  int qh_offset;  // offset of the 4 high-bit bytes, or -1
+  size_t qs_offset;
+};
+
+bool format_of(quant::DType type, Rows8Format& f) {
+  switch (type) {
+    case quant::DType::q4_0: f = {sizeof(quant::BlockQ4_0), -1, -1, 2}; return true;
+    case quant::DType::q4_1: f = {sizeof(quant::BlockQ4_1), 2, -1, 4}; return true;
+    case quant::DType::q5_1: f = {sizeof(quant::BlockQ5_1), 2, 4, 8}; return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool rows8_layout_defined(quant::DType type) {
+  Rows8Format f;
+  return format_of(type, f);
+}
+
+void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows,
+                  int64_t n) {
+  Rows8Format f;
+  if (!format_of(type, f)) fail(ErrorCode::internal, "repack_rows8: no rows8 layout for {}", quant::type_name(type));
+  if (rows % kLayoutRows8Group != 0 || n % quant::type_info(type).block_elems != 0)
+    fail(ErrorCode::internal, "repack_rows8: [{}, {}] is not whole groups of 8 rows and whole blocks", rows, n);
+  const int64_t nb = n / quant::type_info(type).block_elems;
+  const size_t row_bytes = size_t(nb) * f.block_bytes;
+  const size_t m_at = 16, qh_at = f.m_offset >= 0 ? 32 : 16, codes_at = qh_at + (f.qh_offset >= 0 ? 32 : 0);
+  for (int64_t g = 0; g < rows; g += kLayoutRows8Group) {
+    std::byte* group = dst + size_t(g) * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      std::byte* rec = group + size_t(b) * kLayoutRows8Group * f.block_bytes;
+      for (int r = 0; r < kLayoutRows8Group; ++r) {
+        const std::byte* blk = src + size_t(g + r) * src_stride + size_t(b) * f.block_bytes;
+        std::memcpy(rec + 2 * r, blk, 2);
+        if (f.m_offset >= 0) std::memcpy(rec + m_at + 2 * r, blk + f.m_offset, 2);
+        if (f.qh_offset >= 0) std::memcpy(rec + qh_at + 4 * r, blk + f.qh_offset, 4);
+        for (int k = 0; k < 4; ++k) std::memcpy(rec + codes_at + 32 * k + 4 * r, blk + f.qs_offset + 4 * k, 4);
+      }
+    }
+  }
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,38 @@
+// Load-time weight layouts of the CPU backend (Backend::prepare_weight).
+//
+// The rows8 layout (Tensor::layout == kLayoutRows8) of the 32-value formats with
+// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1): the batched kernels of a level
+// (avx2 rows8_32.hpp) transpose the codes of 8 weight rows so that one int32 lane holds
+// one row, and the scales of 8 rows side by side, once per block and call. For
+// prefill the transposition is shared by many tokens; for decode (one token) it costs
+// as much as the dot products, so decode used a row-at-a-time kernel whose float work
+// per block is not shared. Stored transposed once at load, both get the shared form.
+//
+// A group of 8 rows (r = 0..7) keeps its 8 * row_bytes bytes; block b of the group
+// becomes one record of 8 * block_bytes bytes at b * 8 * block_bytes:
+//   d[8]        the rows' fp16 scales, row r at 2r
+//   m[8]        (Q4_1, Q5_1) the rows' fp16 offsets
+//   qh[8]       (Q5_1) each row's 4 high-bit bytes, row r at 4r
+//   codes[4][8] 4-byte words: codes[k][r] = bytes 4k .. 4k + 3 of row r's 16 nibble bytes
+// Level-independent (plain byte moves), so every level's kernels can read it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/dtype.hpp"
+
+namespace ember::cpu {
+
+constexpr uint8_t kLayoutRows8 = 1;
+constexpr int kLayoutRows8Group = 8;
+
+// True for the types the rows8 layout is defined for.
+bool rows8_layout_defined(quant::DType type);
+
+// Repacks `rows` rows (a multiple of 8) of `n` values of `type` from `src` (rows
+// `src_stride` bytes apart) into `dst` (row_bytes(type, n) * rows bytes).
+void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows,
+                  int64_t n);
+
+}  // namespace ember::cpu
