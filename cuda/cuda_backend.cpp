@@ -86,6 +86,12 @@ class CudaBackend final : public backend::Backend {
     synchronize();
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  std::optional<DeviceMemory> device_memory() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    return DeviceMemory{free_bytes, total_bytes};
+  }
 
   void get_rows(const backend::Tensor& table, const backend::Tensor& ids, const backend::Tensor& out) override {
     cuda::get_rows(stream_, table, ids, out);

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -99,6 +100,13 @@ class Backend {
   virtual void download(const Tensor& src, void* dst) = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() {}
+  // Free and total bytes of a device backend's own memory (what allocate() draws
+  // from), for sizing caches to fit it; nullopt for backends on host memory, whose
+  // buffers commit pages only when written.
+  struct DeviceMemory {
+    size_t free = 0, total = 0;
+  };
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
   // Called once at load for a weight that only ever goes to matmul as `weights`: the
   // backend may rewrite it into a layout of its own that its matmul reads faster
   // (Tensor::layout != 0; same bytes or more), in a new buffer it returns, and set

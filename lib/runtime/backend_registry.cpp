@@ -19,14 +19,19 @@ Registry& registry() {
   return r;
 }
 
-void add(Registry& r, const BackendFactory& f) {
+void add(Registry& r, const BackendFactory& f, bool replace) {
   if (f.name.empty() || f.device_count == nullptr || f.create == nullptr)
     fail(ErrorCode::invalid_argument, "register_backend: a factory needs a name, device_count and create");
   if (f.interface_version != kBackendInterfaceVersion)
     fail(ErrorCode::internal, "register_backend: backend '{}' was built for backend interface version {}, this ember has {}",
          f.name, f.interface_version, kBackendInterfaceVersion);
-  for (const BackendFactory& g : r.factories)
-    if (g.name == f.name) fail(ErrorCode::invalid_argument, "register_backend: a backend named '{}' is already registered", f.name);
+  for (BackendFactory& g : r.factories)
+    if (g.name == f.name) {
+      if (!replace)
+        fail(ErrorCode::invalid_argument, "register_backend: a backend named '{}' is already registered", f.name);
+      g = f;
+      return;
+    }
   r.factories.push_back(f);
 }
 
@@ -44,10 +49,11 @@ std::unique_lock<std::mutex> ready(Registry& r) {
 
 }  // namespace
 
-void register_backend(const BackendFactory& factory) {
+void register_backend(const BackendFactory& factory, bool replace) {
   Registry& r = registry();
-  std::unique_lock lock(r.mutex);
-  add(r, factory);
+  // The build's own first, so that a replacement is not undone by them later.
+  const auto lock = ready(r);
+  add(r, factory, replace);
 }
 
 std::vector<BackendFactory> registered_backends() {

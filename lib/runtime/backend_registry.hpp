@@ -31,9 +31,11 @@ struct BackendFactory {
   std::unique_ptr<backend::Backend> (*create)(int threads, int index) = nullptr;
 };
 
-// Adds a factory. Throws invalid_argument for a factory without a name or functions,
-// or a name already registered; internal for another interface version.
-void register_backend(const BackendFactory& factory);
+// Adds a factory; with `replace`, takes the place of the one of that name (a host or a
+// test substituting a kind). Throws invalid_argument for a factory without a name or
+// functions, or a name already registered (without `replace`); internal for another
+// interface version.
+void register_backend(const BackendFactory& factory, bool replace = false);
 // The registered factories (the build's own first), in registration order.
 std::vector<BackendFactory> registered_backends();
 // The factory named `name`, if registered.

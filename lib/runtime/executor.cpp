@@ -5,7 +5,7 @@
 
 namespace ember::runtime {
 
-Executor::Executor(const model::LoadedModel& model, std::unique_ptr<backend::Backend> backend, PoolSource pool_for)
+Executor::Executor(const model::LoadedModel& model, std::shared_ptr<backend::Backend> backend, PoolSource pool_for)
     : model_(model), backend_(std::move(backend)), pool_for_(std::move(pool_for)) {
   // Steps are cut by their callers (prefill chunks, the engine's token budget), so
   // the pass itself never splits a batch.

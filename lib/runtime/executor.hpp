@@ -65,7 +65,9 @@ class Executor {
  public:
   // `pool_for(storage)` gives the model's KV page pool of a storage type.
   using PoolSource = std::function<std::shared_ptr<kv::Pool>(quant::DType storage)>;
-  Executor(const model::LoadedModel& model, std::unique_ptr<backend::Backend> backend, PoolSource pool_for);
+  // `backend` runs every op; on a device it is the backend that holds the weights and
+  // the KV pools (one stream for all), on the CPU one of its own with the model's threads.
+  Executor(const model::LoadedModel& model, std::shared_ptr<backend::Backend> backend, PoolSource pool_for);
   ~Executor();
 
   backend::Backend& backend() { return *backend_; }
@@ -93,7 +95,7 @@ class Executor {
 
  private:
   const model::LoadedModel& model_;
-  std::unique_ptr<backend::Backend> backend_;
+  std::shared_ptr<backend::Backend> backend_;
   PoolSource pool_for_;
   std::recursive_mutex mutex_;
   std::unique_ptr<model::Forward> forward_;

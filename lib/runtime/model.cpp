@@ -212,6 +212,9 @@ std::shared_ptr<Model> Model::load_from_reader(uint64_t size, const ReadAt& read
 }
 
 
+// Share of the device memory free at pool creation that a KV pool may take.
+constexpr double kDeviceKvShare = 0.8;
+
 kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) const {
   const model::HParams& hp = loaded->hparams;
   const int64_t tokens =
@@ -232,6 +235,27 @@ kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) c
            "ModelOptions::kv_memory_budget of {} bytes leaves {} bytes, less than one {}-token page of every layer "
            "({} bytes) for a {} KV pool",
            options.kv_memory_budget, left, pc.page_tokens, page_bytes * size_t(hp.n_layer), quant::type_name(storage));
+    pages = std::min(pages, fit);
+  }
+  // A device backend commits the whole pool when it is made: at most kDeviceKvShare of
+  // the device memory free now, so that the pool fits beside the weights, the
+  // activations and other programs (the default tokens are sized for the host, whose
+  // pages are committed only when written).
+  if (const auto mem = owner_backend->device_memory()) {
+    const size_t page_bytes =
+        (quant::row_bytes(storage, pc.k_width) + quant::row_bytes(storage, pc.v_width)) * size_t(pc.page_tokens);
+    const size_t usable = size_t(double(mem->free) * kDeviceKvShare);
+    const int64_t fit = int64_t(usable / (page_bytes * size_t(hp.n_layer))) * hp.n_layer;
+    if (fit <= 0)
+      fail(ErrorCode::out_of_memory,
+           "KV pool: {:.1f} MiB of device memory free (of {:.1f} MiB) leave no room for one {}-token page of every "
+           "layer ({:.1f} MiB of {})",
+           double(mem->free) / 1048576.0, double(mem->total) / 1048576.0, pc.page_tokens,
+           double(page_bytes * size_t(hp.n_layer)) / 1048576.0, quant::type_name(storage));
+    if (fit < pages)
+      logger.info("KV pool {}: {} tokens fit in {:.0f} % of the device's {:.1f} MiB free ({} asked)",
+                  quant::type_name(storage), fit / hp.n_layer * pc.page_tokens, 100.0 * kDeviceKvShare,
+                  double(mem->free) / 1048576.0, pages / hp.n_layer * pc.page_tokens);
     pages = std::min(pages, fit);
   }
   require(pages <= INT32_MAX, "ModelOptions::kv_pool_tokens: {} pages are too many", pages);
@@ -270,9 +294,14 @@ runtime::Executor& Model::Impl::executor() const {
   std::lock_guard lock(executor_mutex);
   if (!executor_) {
     if (!loaded) fail(ErrorCode::invalid_argument, "the model was loaded with vocab_only; it has no weights to run");
-    executor_ = std::make_unique<runtime::Executor>(
-        *loaded, runtime::make_backend(options.backend, threads, options.device_index),
-        [this](quant::DType storage) { return kv_pool(storage); });
+    // A device has one backend per model (weights, pools and ops on one stream); the
+    // CPU's executor gets a backend of its own whose pool has the model's threads.
+    std::shared_ptr<backend::Backend> be = options.backend == Device::cpu
+                                               ? std::shared_ptr<backend::Backend>(
+                                                     runtime::make_backend(options.backend, threads, options.device_index))
+                                               : owner_backend;
+    executor_ = std::make_unique<runtime::Executor>(*loaded, std::move(be),
+                                                    [this](quant::DType storage) { return kv_pool(storage); });
     logger.debug("executor: {} threads", threads);
   }
   return *executor_;

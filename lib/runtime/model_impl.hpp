@@ -25,7 +25,10 @@ struct Model::Impl {
   ModelOptions options;
   ModelInfo info;
   int threads = 1;                                  // resolved thread count
-  std::unique_ptr<backend::Backend> owner_backend;  // wrapped the weights; runs nothing
+  // Holds the weights and the KV pools. On a device it also runs every op (the
+  // executor shares it: one backend, one stream per model); the CPU's runs nothing
+  // (one thread, no workers) and the executor has its own with the model's threads.
+  std::shared_ptr<backend::Backend> owner_backend;
   std::shared_ptr<const gguf::File> file;
   std::shared_ptr<model::LoadedModel> loaded;       // null when loaded vocab_only
   std::optional<tok::Tokenizer> tokenizer;          // absent when the file has no vocabulary

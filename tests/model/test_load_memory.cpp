@@ -7,6 +7,7 @@
 #include "backend/reference/reference_backend.hpp"
 #include "common/catch.hpp"
 #include "common/paths.hpp"
+#include "ember/ember.hpp"
 #include "ember/error.hpp"
 #include "kv/page_pool.hpp"
 #include "model/loaded_model.hpp"
@@ -28,6 +29,12 @@ class SmallMemoryBackend final : public backend::Backend {
     return type != refused && inner_->supports(op, type);
   }
   std::optional<backend::DType> refused;
+  // Reports itself as a device backend (the memory it has left) when set.
+  bool device = false;
+  std::optional<DeviceMemory> device_memory() const override {
+    if (!device) return std::nullopt;
+    return DeviceMemory{capacity_ - used_, capacity_};
+  }
   std::unique_ptr<backend::Buffer> allocate(size_t bytes) override {
     take(bytes);
     return inner_->allocate(bytes);
@@ -177,6 +184,10 @@ TEST_CASE("backends come from the registry, checked by name and interface versio
   runtime::register_backend({"test-registry", runtime::kBackendInterfaceVersion, one, create});
   CHECK(runtime::find_backend("test-registry"));
   CHECK(runtime::registered_backends().size() == all.size() + 1);
+  const auto two = [] { return 2; };
+  runtime::register_backend({"test-registry", runtime::kBackendInterfaceVersion, two, create}, true);  // replaced
+  CHECK(runtime::find_backend("test-registry")->device_count() == 2);
+  CHECK(runtime::registered_backends().size() == all.size() + 1);
   try {
     runtime::register_backend({"cpu", runtime::kBackendInterfaceVersion, one, create});
     FAIL("a second backend named cpu");
@@ -192,4 +203,49 @@ TEST_CASE("backends come from the registry, checked by name and interface versio
   }
   CHECK_THROWS_AS(runtime::register_backend({"test-empty", runtime::kBackendInterfaceVersion, nullptr, create}), Error);
   CHECK_FALSE(runtime::find_backend("test-old"));
+}
+
+// A fake device registered as "cuda" in a build without CUDA: what Model does with a
+// device backend, checked without a GPU. Runs after the registry case above (which
+// expects no "cuda" in such a build).
+TEST_CASE("a device backend: one per model, KV pool sized from its free memory", "[load][registry][device]") {
+  const auto path = test::golden_dir() / "llama-Q4_0.gguf";
+  EMBER_SKIP_IF_MISSING(path);
+  // A CUDA build without a GPU: its "cuda" is replaced for this case and put back after.
+  const std::optional<runtime::BackendFactory> real = runtime::find_backend("cuda");
+  if (real && real->device_count() > 0) {
+    WARN("a CUDA device is present: the fake device is not registered (tests/cuda checks the real one)");
+    return;
+  }
+  struct Restore {
+    std::optional<runtime::BackendFactory> real;
+    ~Restore() {
+      if (real) runtime::register_backend(*real, true);
+    }
+  } restore{real};
+  static int created = 0;
+  static constexpr size_t kCapacity = size_t(16) << 20;
+  runtime::register_backend({"cuda", runtime::kBackendInterfaceVersion, [] { return 1; },
+                             [](int, int index) -> std::unique_ptr<backend::Backend> {
+                               if (index != 0) throw Error(ErrorCode::invalid_argument, "one fake device");
+                               ++created;
+                               auto be = std::make_unique<SmallMemoryBackend>(kCapacity);
+                               be->device = true;
+                               return be;
+                             }},
+                            true);
+  auto model = Model::load(path, {.backend = Device::cuda});
+  CHECK(created == 1);
+  // The default pool (four training contexts) does not fit 16 MiB: it is cut to 80 % of
+  // what the weights left free.
+  const size_t pool = model->kv_pool_bytes(KVStorage::f16);
+  CHECK(pool > 0);
+  CHECK(pool <= size_t(0.8 * double(kCapacity)));
+  auto session = model->new_session();
+  REQUIRE(session->prefill(std::vector<int32_t>{1, 5, 9, 13}) == Outcome::ok);
+  REQUIRE(session->decode(7) == Outcome::ok);
+  auto second = model->new_session();
+  REQUIRE(second->prefill(std::vector<int32_t>{1, 2}) == Outcome::ok);
+  CHECK(created == 1);  // the weights', pools' and every session's backend is the one made at load
+  CHECK(model->kv_pool_bytes(KVStorage::f16) == pool);
 }
