@@ -61,6 +61,20 @@ void HostBuffer::discard(size_t offset, size_t bytes) {
   if (last > first) madvise(data_ + first, last - first, MADV_DONTNEED);  // zero-filled when touched again
 }
 
+void HostView::release_pages(size_t offset, size_t bytes) {
+#if defined(__linux__)
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21
+#endif
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<uintptr_t>(bytes_.data());
+  const uintptr_t first = (base + offset + page - 1) / page * page;
+  const uintptr_t last = (base + std::min(offset + bytes, bytes_.size())) / page * page;
+  // Errors (older kernels: EINVAL) leave the pages where they are, which is correct too.
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+#endif
+}
+
 std::unique_ptr<Buffer> HostBackend::allocate(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 std::shared_ptr<Buffer> HostBackend::wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void> keep_alive) {

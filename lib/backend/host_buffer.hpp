@@ -34,6 +34,9 @@ class HostView final : public Buffer {
       : bytes_(bytes), keep_alive_(std::move(keep_alive)) {}
   size_t size() const override { return bytes_.size(); }
   std::byte* host_data() override { return const_cast<std::byte*>(bytes_.data()); }
+  // MADV_PAGEOUT (Linux 5.4+): clean file pages are dropped, anonymous ones go to
+  // swap if there is any; the contents stay either way.
+  void release_pages(size_t offset, size_t bytes) override;
 
  private:
   std::span<const std::byte> bytes_;

@@ -24,6 +24,10 @@ class Buffer {
   // undefined and the memory behind them may go back to the system until it is
   // written again. A hint; buffers that cannot return memory ignore it.
   virtual void discard(size_t offset, size_t bytes) {}
+  // The bytes [offset, offset + bytes) will not be read for a long time: the system
+  // may reclaim the memory behind them, their contents kept (read back from the file
+  // or swap when touched again). A hint; buffers that cannot act on it ignore it.
+  virtual void release_pages(size_t offset, size_t bytes) {}
 };
 
 // A 2-D view of a Buffer: `rows` rows of `cols` values of `type`, consecutive rows

@@ -239,6 +239,9 @@ void Weights::prepare_for_matmul(backend::Backend& backend) {
     if (!buffer) continue;
     buffers_.push_back(std::move(buffer));
     prepared_.push_back({prepared, whole});
+    // The file's bytes are only read again by rare paths (Weights::plain): their memory
+    // may go back to the system until then.
+    whole.buffer->release_pages(whole.offset, whole.bytes());
     int64_t first = 0;
     for (Tensor* t : m) {
       *t = prepared.slice_rows(first, t->rows);

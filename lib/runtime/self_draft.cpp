@@ -251,8 +251,11 @@ std::shared_ptr<const SelfDraftWeights> derive_self_draft(const Model::Impl& m, 
     for (model::LayerWeights& L : d->weights.layers)
       for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
         if (!t->empty()) {  // MoE layers have no dense FFN
-          const Tensor derived = derive_matrix(base.weights.plain(*t), {}, true, be, d->buffers);
-          if (derived.buffer != base.weights.plain(*t).buffer) *t = derived;  // else keep the repacked view
+          Tensor derived = derive_matrix(base.weights.plain(*t), {}, true, be, d->buffers);
+          if (derived.buffer == base.weights.plain(*t).buffer) continue;  // kept: the model's (maybe repacked) view
+          // The new Q4_0 matrix in the backend's own layout, as Model::load does.
+          if (auto packed = be.prepare_weight(derived)) d->buffers.push_back(std::move(packed));
+          *t = derived;
         }
   }
   m.logger.info("speculative: self draft of {} layers, {} output rows{}", d->hparams.n_layer, d->weights.output.rows,
