@@ -100,6 +100,8 @@ op_signature::Gemm16 gemm16;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
 op_signature::PvF16 pv_f16;
+op_signature::ScoresQ8 scores_q8, scores_q4;
+op_signature::PvQ8 pv_q8, pv_q4;
 // gemm_nt, gemm_nn: cpu/kernels/avx2/gemm_f32.cpp (cpu/kernels/gemm_f32.hpp): fixed-order
 // kernels for few rows, Eigen's products for more.
 }  // namespace avx2

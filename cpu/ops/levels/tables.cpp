@@ -86,10 +86,10 @@ extern const OpKernels kOps = {
     .kv_rows = kv_rows,
     .scores_f16 = scores_f16,
     .pv_f16 = pv_f16,
-    .scores_q8 = nullptr,  // the decoded-tile path
-    .pv_q8 = nullptr,
-    .scores_q4 = nullptr,
-    .pv_q4 = nullptr,
+    .scores_q8 = scores_q8,
+    .pv_q8 = pv_q8,
+    .scores_q4 = scores_q4,
+    .pv_q4 = pv_q4,
 };
 }  // namespace avx2
 

@@ -1,11 +1,25 @@
-// The AVX2 level's fused decode-attention kernels over F16 cache rows
-// (OpKernels::scores_f16, pv_f16), the 8-lane form of avx512/attention_decode.cpp:
-// scores 8 keys at a time (the keys converted once into an 8 x head_dim f32 block on
-// the stack, one FMA accumulator per key, the 8 accumulators reduced to the vector of
-// their 8 sums by horizontal adds); P.V in 16-column slices for up to 4 query heads.
-// head_dim must be a multiple of 16 (the caller checks).
+// The AVX2 level's fused decode-attention kernels (attention_flash.cpp's lone-token
+// path) over F16, INT8 and INT4 cache rows where they lie in the cache pages:
+// OpKernels::scores_f16, pv_f16, scores_q8, pv_q8, scores_q4, pv_q4. head_dim must be a
+// multiple of 16 (the caller checks).
+//
+// Scores, dims across the lanes: up to 32 keys (8 KiB of f32) are decoded into an f32
+// block on the stack, all their loads issued together so that their misses overlap;
+// then per 8 keys each query head keeps one 8-lane FMA accumulator per key, reduced to
+// the vector of the 8 scores by horizontal adds and written in place. (Keys across the
+// lanes, the AVX-512 form for small heads, would cost a transpose of 24 shuffles per
+// 8 keys x 8 dims; with 8 lanes that is no cheaper than the 8-way reduction it saves.)
+// P.V: 16-column slices for up to 4 query heads (8 accumulators); each value chunk is
+// decoded once per slice for those heads, the probabilities come in as broadcasts.
+// Decoding: F16 by F16C; INT8 d * code; INT4 d * code + m (multiplied, then added, as
+// the reference decoder does).
+//
+// The accumulator arrays are indexed through unroll<> (cpu/kernels/unroll.hpp): with a
+// plain loop GCC 12 stored all 8 accumulators to the stack on every row of P.V.
 #include <algorithm>
+#include <cstring>
 
+#include "cpu/kernels/unroll.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
 #include "cpu/ops/levels/levels.hpp"
 
@@ -14,9 +28,32 @@ namespace {
 
 constexpr int kMaxHeadDim = 512;
 constexpr int kPvRows = 32;
+// Floats of decoded keys per scoring step.
+constexpr int kKeyFloats = 2048;
 
 inline __m256 f16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// 8 signed codes as f32.
+inline __m256 i8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The codes of 16 INT4 values starting at value e of a block (e a multiple of 16): the
+// low nibbles of bytes e.. when e < half, else the high nibbles of bytes e - half...
+inline void nibbles16(const uint8_t* codes, int e, int half, __m256& lo8, __m256& hi8) {
+  __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (e < half ? e : e - half)));
+  if (e >= half) x = _mm_srli_epi16(x, 4);
+  x = _mm_and_si128(x, _mm_set1_epi8(15));
+  lo8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x));
+  hi8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)));
 }
 
 // Lane j = the sum of acc[j]'s 8 lanes.
@@ -27,67 +64,180 @@ inline __m256 reduce8(const __m256* acc) {
   return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
 }
 
-template <int G, int NX>
-inline void pv_slice(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc, int c0) {
-  __m256 a[G][NX];
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < NX; ++x) a[g][x] = _mm256_loadu_ps(acc + g * hd + c0 + 8 * x);
-  for (int j = 0; j < n; ++j) {
-    __m256 v[NX];
-    for (int x = 0; x < NX; ++x) v[x] = f16x8(rows[j] + c0 + 8 * x);
-    for (int g = 0; g < G; ++g) {
-      const __m256 w = _mm256_broadcast_ss(p + g * ldp + j);
-      for (int x = 0; x < NX; ++x) a[g][x] = _mm256_fmadd_ps(w, v[x], a[g][x]);
+// ---- row decoders (whole rows into f32, for the scores) ----
+
+struct F16Row {
+  const uint16_t* const* rows;
+  void operator()(int j, int hd, float* dst) const {
+    for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, f16x8(rows[j] + d));
+  }
+};
+
+struct Q8Row {
+  const uint8_t* const* rows;
+  int gsize;
+  void operator()(int j, int hd, float* dst) const {
+    const uint8_t* block = rows[j];
+    for (int b = 0; b < hd / gsize; ++b, block += gsize + 2) {
+      const __m256 dv = _mm256_set1_ps(half_at(block));
+      for (int e = 0; e < gsize; e += 8) _mm256_store_ps(dst + b * gsize + e, _mm256_mul_ps(dv, i8x8(block + 2 + e)));
     }
   }
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < NX; ++x) _mm256_storeu_ps(acc + g * hd + c0 + 8 * x, a[g][x]);
+};
+
+struct Q4Row {
+  const uint8_t* const* rows;
+  int gsize;
+  void operator()(int j, int hd, float* dst) const {
+    const int half = gsize / 2;
+    const uint8_t* block = rows[j];
+    for (int b = 0; b < hd / gsize; ++b, block += half + 4) {
+      const __m256 dv = _mm256_set1_ps(half_at(block)), mv = _mm256_set1_ps(half_at(block + 2));
+      for (int e = 0; e < gsize; e += 16) {
+        __m256 lo, hi;
+        nibbles16(block + 4, e, half, lo, hi);
+        _mm256_store_ps(dst + b * gsize + e, _mm256_add_ps(_mm256_mul_ps(dv, lo), mv));
+        _mm256_store_ps(dst + b * gsize + e + 8, _mm256_add_ps(_mm256_mul_ps(dv, hi), mv));
+      }
+    }
+  }
+};
+
+template <class Decode>
+void scores_by_dims(const float* q, int group, int hd, int n, float scale, float* s, int lds, const Decode& decode) {
+  alignas(32) float keys[std::max(kKeyFloats, 8 * kMaxHeadDim)];
+  const int step = std::clamp(kKeyFloats / hd / 8 * 8, 8, 32);
+  const __m256 scale_v = _mm256_set1_ps(scale);
+  for (int k0 = 0; k0 < n; k0 += step) {
+    const int kn = std::min(step, n - k0);
+    for (int j = 0; j < (kn + 7) / 8 * 8; ++j) {
+      float* dst = keys + j * hd;
+      if (j < kn) {
+        decode(k0 + j, hd, dst);
+      } else {
+        for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, _mm256_setzero_ps());
+      }
+    }
+    for (int j0 = k0; j0 < k0 + kn; j0 += 8) {
+      const int jn = std::min(8, n - j0);
+      const float* kb = keys + (j0 - k0) * hd;
+      const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(jn), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      for (int g = 0; g < group; ++g) {
+        const float* qg = q + g * hd;
+        __m256 acc[8];
+        unroll<8>([&](auto j) { acc[j] = _mm256_setzero_ps(); });
+        for (int d = 0; d < hd; d += 8) {
+          const __m256 qv = _mm256_loadu_ps(qg + d);
+          unroll<8>([&](auto j) { acc[j] = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + j * hd + d), acc[j]); });
+        }
+        // The 8 scores written in place (masked for a short last block).
+        const __m256 r = _mm256_mul_ps(scale_v, reduce8(acc));
+        if (jn == 8) _mm256_storeu_ps(s + g * lds + j0, r);
+        else _mm256_maskstore_ps(s + g * lds + j0, tail, r);
+      }
+    }
+  }
 }
 
-template <int G>
-inline void pv_heads(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc) {
-  for (int c0 = 0; c0 < hd; c0 += 16) pv_slice<G, 2>(p, ldp, hd, rows, n, acc, c0);
+// ---- slice decoders (16 columns [c0, c0 + 16) of a row, for P.V) ----
+
+struct F16Slice {
+  const uint16_t* const* rows;
+  int c0;
+  void operator()(int j, __m256* v) const {
+    v[0] = f16x8(rows[j] + c0);
+    v[1] = f16x8(rows[j] + c0 + 8);
+  }
+};
+
+struct Q8Slice {
+  const uint8_t* const* rows;
+  int block_off, code_off;  // of the slice's block and of its first code
+  Q8Slice(const uint8_t* const* r, int gsize, int c0)
+      : rows(r), block_off(c0 / gsize * (gsize + 2)), code_off(block_off + 2 + c0 % gsize) {}
+  void operator()(int j, __m256* v) const {
+    const __m256 dv = _mm256_set1_ps(half_at(rows[j] + block_off));
+    v[0] = _mm256_mul_ps(dv, i8x8(rows[j] + code_off));
+    v[1] = _mm256_mul_ps(dv, i8x8(rows[j] + code_off + 8));
+  }
+};
+
+struct Q4Slice {
+  const uint8_t* const* rows;
+  int half, block_off, e;
+  Q4Slice(const uint8_t* const* r, int gsize, int c0)
+      : rows(r), half(gsize / 2), block_off(c0 / gsize * (gsize / 2 + 4)), e(c0 % gsize) {}
+  void operator()(int j, __m256* v) const {
+    const uint8_t* block = rows[j] + block_off;
+    const __m256 dv = _mm256_set1_ps(half_at(block)), mv = _mm256_set1_ps(half_at(block + 2));
+    nibbles16(block + 4, e, half, v[0], v[1]);
+    v[0] = _mm256_add_ps(_mm256_mul_ps(dv, v[0]), mv);
+    v[1] = _mm256_add_ps(_mm256_mul_ps(dv, v[1]), mv);
+  }
+};
+
+// acc[g][c0 .. c0 + 16) += p[g][j] v_j[c0 .. c0 + 16) over the block's rows, G heads.
+template <int G, class Slice>
+inline void pv_slice(const float* p, int ldp, int hd, int n, float* acc, int c0, const Slice& slice) {
+  __m256 a[G][2];
+  unroll<G>([&](auto g) {
+    unroll<2>([&](auto x) { a[g][x] = _mm256_loadu_ps(acc + g * hd + c0 + 8 * x); });
+  });
+  for (int j = 0; j < n; ++j) {
+    __m256 v[2];
+    slice(j, v);
+    unroll<G>([&](auto g) {
+      const __m256 w = _mm256_broadcast_ss(p + g * ldp + j);
+      unroll<2>([&](auto x) { a[g][x] = _mm256_fmadd_ps(w, v[x], a[g][x]); });
+    });
+  }
+  unroll<G>([&](auto g) {
+    unroll<2>([&](auto x) { _mm256_storeu_ps(acc + g * hd + c0 + 8 * x, a[g][x]); });
+  });
+}
+
+// make_slice(c0) gives the decoder of columns [c0, c0 + 16).
+template <class MakeSlice>
+void pv_rows(const float* p, int ldp, int group, int hd, int n, float* acc, const MakeSlice& make_slice) {
+  for (int j0 = 0; j0 < n; j0 += kPvRows) {
+    const int jn = std::min(kPvRows, n - j0);
+    for (int c0 = 0; c0 < hd; c0 += 16) {
+      const auto slice = make_slice(j0, c0);
+      int g = 0;
+      for (; g + 4 <= group; g += 4) pv_slice<4>(p + g * ldp + j0, ldp, hd, jn, acc + g * hd, c0, slice);
+      for (; g + 2 <= group; g += 2) pv_slice<2>(p + g * ldp + j0, ldp, hd, jn, acc + g * hd, c0, slice);
+      for (; g < group; ++g) pv_slice<1>(p + g * ldp + j0, ldp, hd, jn, acc + g * hd, c0, slice);
+    }
+  }
 }
 
 }  // namespace
 
 void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
                 int lds) {
-  alignas(32) float keys[8 * kMaxHeadDim];
-  const __m256 scale_v = _mm256_set1_ps(scale);
-  for (int j0 = 0; j0 < n; j0 += 8) {
-    const int jn = std::min(8, n - j0);
-    for (int j = 0; j < 8; ++j) {
-      float* dst = keys + j * hd;
-      if (j < jn) {
-        for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, f16x8(rows[j0 + j] + d));
-      } else {
-        for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, _mm256_setzero_ps());
-      }
-    }
-    for (int g = 0; g < group; ++g) {
-      const float* qg = q + g * hd;
-      __m256 acc[8];
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-      for (int d = 0; d < hd; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(qg + d);
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_load_ps(keys + j * hd + d), acc[j]);
-      }
-      alignas(32) float out[8];
-      _mm256_store_ps(out, _mm256_mul_ps(scale_v, reduce8(acc)));
-      std::copy(out, out + jn, s + g * lds + j0);
-    }
-  }
+  scores_by_dims(q, group, hd, n, scale, s, lds, F16Row{rows});
 }
 
 void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc) {
-  for (int j0 = 0; j0 < n; j0 += kPvRows) {
-    const int jn = std::min(kPvRows, n - j0);
-    int g = 0;
-    for (; g + 4 <= group; g += 4) pv_heads<4>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
-    for (; g + 2 <= group; g += 2) pv_heads<2>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
-    for (; g < group; ++g) pv_heads<1>(p + g * ldp + j0, ldp, hd, rows + j0, jn, acc + g * hd);
-  }
+  pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return F16Slice{rows + j0, c0}; });
+}
+
+void scores_q8(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+               float* s, int lds) {
+  scores_by_dims(q, group, hd, n, scale, s, lds, Q8Row{rows, gsize});
+}
+
+void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
+  pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return Q8Slice(rows + j0, gsize, c0); });
+}
+
+void scores_q4(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
+               float* s, int lds) {
+  scores_by_dims(q, group, hd, n, scale, s, lds, Q4Row{rows, gsize});
+}
+
+void pv_q4(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
+  pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return Q4Slice(rows + j0, gsize, c0); });
 }
 
 }  // namespace ember::cpu::avx2
