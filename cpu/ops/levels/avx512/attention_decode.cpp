@@ -34,6 +34,7 @@
 #include <cstring>
 
 #include "cpu/kernels/avx512/reduce16.hpp"
+#include "cpu/kernels/unroll.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
 #include "cpu/ops/levels/levels.hpp"
 
@@ -267,18 +268,20 @@ void scores_q8_by_keys(const float* q, int group, int hd, int gsize, const uint8
 template <int G, int NX>
 inline void pv_slice(const float* p, int ldp, int hd, const uint16_t* const* rows, int n, float* acc, int c0) {
   __m512 a[G][NX];
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < NX; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
+  unroll<G>([&](auto g) {
+    unroll<NX>([&](auto x) { a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x); });
+  });
   for (int j = 0; j < n; ++j) {
     __m512 v[NX];
-    for (int x = 0; x < NX; ++x) v[x] = f16x16(rows[j] + c0 + 16 * x);
-    for (int g = 0; g < G; ++g) {
+    unroll<NX>([&](auto x) { v[x] = f16x16(rows[j] + c0 + 16 * x); });
+    unroll<G>([&](auto g) {
       const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
-      for (int x = 0; x < NX; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
-    }
+      unroll<NX>([&](auto x) { a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]); });
+    });
   }
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < NX; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+  unroll<G>([&](auto g) {
+    unroll<NX>([&](auto x) { _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]); });
+  });
 }
 
 template <int G>
@@ -297,8 +300,9 @@ inline void pv_q8_slice(const float* p, int ldp, int hd, int gsize, const uint8_
                         int c0) {
   const int block_off = c0 / gsize * (gsize + 2), code_off = block_off + 2 + c0 % gsize;
   __m512 a[G][2];
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < 2; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
+  unroll<G>([&](auto g) {
+    unroll<2>([&](auto x) { a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x); });
+  });
   for (int j = 0; j < n; ++j) {
     uint16_t h;
     std::memcpy(&h, rows[j] + block_off, 2);
@@ -307,13 +311,14 @@ inline void pv_q8_slice(const float* p, int ldp, int hd, int gsize, const uint8_
     for (int x = 0; x < 2; ++x)
       v[x] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + code_off + 16 * x)))));
-    for (int g = 0; g < G; ++g) {
+    unroll<G>([&](auto g) {
       const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
-      for (int x = 0; x < 2; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
-    }
+      unroll<2>([&](auto x) { a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]); });
+    });
   }
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < 2; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+  unroll<G>([&](auto g) {
+    unroll<2>([&](auto x) { _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]); });
+  });
 }
 
 template <int G>
@@ -386,8 +391,9 @@ inline void pv_q4_slice(const float* p, int ldp, int hd, int gsize, const uint8_
   const bool high = in_block >= half;
   const __m128i nib = _mm_set1_epi8(15);
   __m512 a[G][2];
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < 2; ++x) a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x);
+  unroll<G>([&](auto g) {
+    unroll<2>([&](auto x) { a[g][x] = _mm512_loadu_ps(acc + g * hd + c0 + 16 * x); });
+  });
   for (int j = 0; j < n; ++j) {
     uint16_t h[2];
     std::memcpy(h, rows[j] + block_off, 4);
@@ -403,13 +409,14 @@ inline void pv_q4_slice(const float* p, int ldp, int hd, int gsize, const uint8_
       const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, nib)));
       v[x] = _mm512_add_ps(_mm512_mul_ps(d, c), m);
     }
-    for (int g = 0; g < G; ++g) {
+    unroll<G>([&](auto g) {
       const __m512 w = _mm512_set1_ps(p[g * ldp + j]);
-      for (int x = 0; x < 2; ++x) a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]);
-    }
+      unroll<2>([&](auto x) { a[g][x] = _mm512_fmadd_ps(w, v[x], a[g][x]); });
+    });
   }
-  for (int g = 0; g < G; ++g)
-    for (int x = 0; x < 2; ++x) _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]);
+  unroll<G>([&](auto g) {
+    unroll<2>([&](auto x) { _mm512_storeu_ps(acc + g * hd + c0 + 16 * x, a[g][x]); });
+  });
 }
 
 }  // namespace
