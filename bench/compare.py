@@ -224,11 +224,15 @@ def main():
             cells = " | ".join(f"{med[p].get((kind, depth), float('nan')):.2f}" for p in programs)
             print(f"| {os.path.basename(entry['model'])} | {name} | {cells} | **{ratio:.2f}x** |")
         entry["ratio"] = ratios
-    if args.plot:
-        plot(report, programs, args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+    if args.plot:
+        try:
+            plot(report, programs, args)
+        except ImportError:
+            print(f"--plot: matplotlib is not installed (pip install matplotlib); {args.plot} not drawn",
+                  file=sys.stderr)
 
 
 def plot(report, programs, args):

@@ -71,6 +71,12 @@ struct OpKernels {
   void (*axpy_f16)(float* acc, float w, const uint16_t* v, int n);
   float (*dot_f32)(const float* q, const float* k, int n);
   void (*axpy_f32)(float* acc, float w, const float* v, int n);
+  // axpy_f16 for a slice of columns of many rows, into per-lane partial sums:
+  // part[(g * lanes + lane[j]) * cols + c] += w[g * ldw + j] * rows[j][c0 + c] for
+  // j = 0 .. n-1 in order, g < group, c < cols (a multiple of 16), one FMA per element as
+  // axpy_f16 does, so the sums are the same bits. nullptr: axpy_f16 row by row.
+  void (*pv_lanes_f16)(const float* w, int ldw, int group, const uint16_t* const* rows, const int32_t* lane, int n,
+                       int c0, int cols, int lanes, float* part);
   // The lanes64 and lanes16 dot products (cpu/ops/levels/lanes16.hpp; lanes16: n a
   // multiple of 16) and the lanes16 GEMM C[m][n] = A[m][k] . B[n][k] (k a multiple of 16).
   float (*dot64_f16)(const float* q, const uint16_t* k, int n);

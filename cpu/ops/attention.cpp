@@ -43,6 +43,10 @@ constexpr int32_t kFlashMinCells = 1024;
 constexpr int64_t kBlockedMinTokens = 8;
 // Query tokens per GEMM task.
 constexpr int64_t kQueryBlock = 32;
+// The per-token schedule's P.V with OpKernels::pv_lanes_f16: columns per slice and
+// query heads per pass (their lane partials, 4 x 64 x 16 floats, 16 KiB).
+constexpr int kSliceCols = 16;
+constexpr int kSliceHeads = 4;
 
 // Host views of the index tensors, read once per op.
 
@@ -73,6 +77,14 @@ double softmax_total(const float* e, const int64_t* index, int64_t n) {
 
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
+// x[i] = round_f16(x[i]) for i < n with the level's conversions (F16C at AVX2: the
+// software conversion was a fifth of a decode step's attention at 512 cells).
+void round_to_f16(const OpKernels& kernels, float* x, int64_t n, std::vector<uint16_t>& halves) {
+  if (int64_t(halves.size()) < n) halves.resize(size_t(n));
+  kernels.to_f16(x, halves.data(), n);
+  kernels.f16_to_f32(halves.data(), x, int(n));
+}
+
 // The per-token schedule for the tokens in `tokens`. lanes16: the batch has more
 // than one token (llama.cpp's GEMM order), else lanes64 (its vector-dot order).
 void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -96,6 +108,10 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
     std::vector<std::pair<int32_t, int32_t>> by_pos;  // (position, cell)
     std::vector<float> scores, queries(size_t(group) * hd), part;
     std::vector<double> tail(static_cast<size_t>(hd));
+    std::vector<const uint16_t*> rows_f16;
+    std::vector<int32_t> lanes;
+    std::vector<uint16_t> halves;
+    std::vector<float> key;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = tokens[size_t(item / p.n_head_kv)];
       const int kv_head = int(item % p.n_head_kv);
@@ -118,19 +134,25 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
       const int64_t n = int64_t(slots.size());
       const int64_t kv_col = int64_t(kv_head) * hd;
       const auto* q_row = reinterpret_cast<const float*>(q_base + size_t(t) * q.row_stride);
-      // Queries of the group, rounded to F16 for an F16 cache (llama.cpp converts them).
-      for (int i = 0; i < group * hd; ++i) {
-        const float x = q_row[int64_t(kv_head * group) * hd + i];
-        queries[size_t(i)] = f16 ? round_f16(x) : x;
-      }
+      // Queries of the group, rounded to F16 for an F16 cache (llama.cpp converts them;
+      // the level's conversions round as fp32_to_fp16 does).
+      std::copy(q_row + int64_t(kv_head * group) * hd, q_row + int64_t(kv_head * group + group) * hd, queries.begin());
+      if (f16) round_to_f16(kernels, queries.data(), group * hd, halves);
       scores.resize(size_t(group * n));
       // Scores for the whole group, one key row at a time.
+      // (An F16 key row is widened once for the whole group: the f32 dot products of the
+      // widened row are the F16 ones' bits.)
+      const bool widen = f16 && group > 1;
+      if (widen) key.resize(size_t(hd));
       for (int64_t j = 0; j < n; ++j) {
         const std::byte* k_row = k_base + size_t(slots[size_t(j)]) * k_cache.row_stride;
+        if (widen) kernels.f16_to_f32(reinterpret_cast<const uint16_t*>(k_row) + kv_col, key.data(), hd);
         for (int g = 0; g < group; ++g) {
           const float* qh = queries.data() + size_t(g) * hd;
           float s;
-          if (f16) {
+          if (widen) {
+            s = qk16 ? kernels.dot16_f32(qh, key.data(), hd) : kernels.dot64_f32(qh, key.data(), hd);
+          } else if (f16) {
             const auto* kr = reinterpret_cast<const uint16_t*>(k_row) + kv_col;
             s = qk16 ? kernels.dot16_f16(qh, kr, hd) : kernels.dot64_f16(qh, kr, hd);
           } else {
@@ -147,7 +169,8 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
         float* s = scores.data() + g * n;
         kernels.exp_row(s, n, *std::max_element(s, s + n));
         const auto inv = float(1.0 / softmax_total(s, kv_pos.data(), n));
-        for (int64_t j = 0; j < n; ++j) s[j] = f16 ? round_f16(s[j] * inv) : s[j] * inv;
+        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+        if (f16) round_to_f16(kernels, s, n, halves);
       }
       if (float* token_row = token_scores.row(size_t(item / p.n_head_kv)))
         add_group_scores(token_row, p.n_head_kv, kv_head, scores.data(), cells.data(), n, group);
@@ -157,29 +180,53 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
       const int64_t n_kv = std::max<int64_t>(32, (int64_t(pos) + 1 + 31) / 32 * 32);
       const int64_t split = lanes16 ? std::numeric_limits<int64_t>::max() : n_kv / 64 * 64;
       const bool any_lanes = n > 0 && kv_pos[0] < split;  // else (short contexts) all in double
-      if (any_lanes) part.assign(size_t(group) * pv_lanes * hd, 0.0f);
       int64_t j = 0;
-      for (; j < n && kv_pos[size_t(j)] < split; ++j) {
-        const std::byte* v_row = v_base + size_t(slots[size_t(j)]) * v_cache.row_stride;
-        const int lane = int(kv_pos[size_t(j)] % pv_lanes);
-        for (int g = 0; g < group; ++g) {
-          float* a = part.data() + (size_t(g) * pv_lanes + size_t(lane)) * hd;
-          const float w = scores[size_t(g * n + j)];
-          if (f16) {
-            kernels.axpy_f16(a, w, reinterpret_cast<const uint16_t*>(v_row) + kv_col, hd);
-          } else {
-            kernels.axpy_f32(a, w, reinterpret_cast<const float*>(v_row) + kv_col, hd);
+      while (j < n && kv_pos[size_t(j)] < split) ++j;
+      auto* out_row = reinterpret_cast<float*>(out_base + size_t(t) * out.row_stride);
+      if (any_lanes && f16 && kernels.pv_lanes_f16 != nullptr && hd % kSliceCols == 0) {
+        // The same sums slice by slice of kSliceCols columns, for up to kSliceHeads heads
+        // at a time: their lane partials stay in L1 (the whole [group][lanes][hd] array,
+        // 256 KiB for Gemma's heads, went to L2 and back for every row).
+        rows_f16.resize(size_t(j));
+        lanes.resize(size_t(j));
+        for (int64_t r = 0; r < j; ++r) {
+          rows_f16[size_t(r)] = reinterpret_cast<const uint16_t*>(v_base + size_t(slots[size_t(r)]) * v_cache.row_stride) + kv_col;
+          lanes[size_t(r)] = int32_t(kv_pos[size_t(r)] & (pv_lanes - 1));  // positions >= 0
+        }
+        part.resize(size_t(kSliceHeads) * pv_lanes * kSliceCols);
+        for (int g0 = 0; g0 < group; g0 += kSliceHeads) {
+          const int gn = std::min(kSliceHeads, group - g0);
+          for (int c0 = 0; c0 < hd; c0 += kSliceCols) {
+            std::fill(part.begin(), part.begin() + int64_t(gn) * pv_lanes * kSliceCols, 0.0f);
+            kernels.pv_lanes_f16(scores.data() + size_t(g0) * n, int(n), gn, rows_f16.data(), lanes.data(), int(j), c0,
+                                 kSliceCols, pv_lanes, part.data());
+            for (int g = 0; g < gn; ++g)
+              kernels.reduce_lanes(part.data() + size_t(g) * pv_lanes * kSliceCols, pv_lanes, kSliceCols,
+                                   out_row + int64_t(kv_head * group + g0 + g) * hd + c0);
           }
         }
+      } else if (any_lanes) {
+        part.assign(size_t(group) * pv_lanes * hd, 0.0f);
+        for (int64_t r = 0; r < j; ++r) {
+          const std::byte* v_row = v_base + size_t(slots[size_t(r)]) * v_cache.row_stride;
+          const int lane = int(kv_pos[size_t(r)] % pv_lanes);
+          for (int g = 0; g < group; ++g) {
+            float* a = part.data() + (size_t(g) * pv_lanes + size_t(lane)) * hd;
+            const float w = scores[size_t(g * n + r)];
+            if (f16) {
+              kernels.axpy_f16(a, w, reinterpret_cast<const uint16_t*>(v_row) + kv_col, hd);
+            } else {
+              kernels.axpy_f32(a, w, reinterpret_cast<const float*>(v_row) + kv_col, hd);
+            }
+          }
+        }
+        for (int g = 0; g < group; ++g)
+          kernels.reduce_lanes(part.data() + size_t(g) * pv_lanes * hd, pv_lanes, hd,
+                               out_row + int64_t(kv_head * group + g) * hd);
       }
-      auto* out_row = reinterpret_cast<float*>(out_base + size_t(t) * out.row_stride);
       for (int g = 0; g < group; ++g) {
         float* oh = out_row + int64_t(kv_head * group + g) * hd;
-        if (any_lanes) {
-          kernels.reduce_lanes(part.data() + size_t(g) * pv_lanes * hd, pv_lanes, hd, oh);
-        } else {
-          std::fill(oh, oh + hd, 0.0f);
-        }
+        if (!any_lanes) std::fill(oh, oh + hd, 0.0f);
         if (j == n) continue;
         for (int d = 0; d < hd; ++d) tail[size_t(d)] = oh[d];
         for (int64_t jt = j; jt < n; ++jt) {

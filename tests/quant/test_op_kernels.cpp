@@ -378,6 +378,58 @@ TEST_CASE("op kernels: INT4 decode-attention scores and P.V agree with double su
   }
 }
 
+// pv_lanes_f16 is axpy_f16 over slices of many rows: the lane partials it leaves must be
+// the bits that axpy_f16 row by row leaves (attention.cpp relies on it for llama.cpp's
+// sums).
+TEST_CASE("op kernels: pv_lanes_f16 gives axpy_f16's bits", "[kernels]") {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int levels_with_it = 0;
+  for (const Isa isa : cpu::available_isas()) {
+    const cpu::OpKernels& k = cpu::op_kernels(isa);
+    if (k.pv_lanes_f16 == nullptr) continue;
+    ++levels_with_it;
+    for (const int lanes : {16, 64})
+      for (const int group : {1, 3, 4})
+        for (const int hd : {16, 64, 256})
+          for (const int n : {1, 17, 130}) {
+            INFO(cpu::isa_name(isa) << " lanes " << lanes << " group " << group << " head_dim " << hd << " rows " << n);
+            const int width = hd + 16;  // rows are slices of wider cache rows
+            std::vector<uint16_t> values(size_t(n) * width);
+            for (uint16_t& v : values) v = ember::fp32_to_fp16(normal(rng));
+            std::vector<const uint16_t*> rows(static_cast<size_t>(n));
+            std::vector<int32_t> lane(static_cast<size_t>(n));
+            std::vector<float> w(size_t(group) * n);
+            for (int j = 0; j < n; ++j) {
+              rows[size_t(j)] = values.data() + size_t(j) * width + 8;
+              lane[size_t(j)] = int32_t((j * 7 + 3) % lanes);  // lanes revisited out of order
+            }
+            for (float& x : w) x = normal(rng);
+            // Row by row with axpy_f16 over the whole head.
+            std::vector<float> want(size_t(group) * lanes * hd, 0.0f);
+            for (int j = 0; j < n; ++j)
+              for (int g = 0; g < group; ++g)
+                k.axpy_f16(want.data() + (size_t(g) * lanes + size_t(lane[size_t(j)])) * hd, w[size_t(g) * n + j],
+                           rows[size_t(j)], hd);
+            // Slice by slice of 16 columns.
+            for (int c0 = 0; c0 < hd; c0 += 16) {
+              std::vector<float> part(size_t(group) * lanes * 16, 0.0f);
+              k.pv_lanes_f16(w.data(), n, group, rows.data(), lane.data(), n, c0, 16, lanes, part.data());
+              bool same = true;
+              for (int g = 0; g < group; ++g)
+                for (int l = 0; l < lanes; ++l)
+                  for (int c = 0; c < 16; ++c)
+                    same = same && std::memcmp(&part[(size_t(g) * lanes + size_t(l)) * 16 + size_t(c)],
+                                               &want[(size_t(g) * lanes + size_t(l)) * hd + size_t(c0 + c)],
+                                               sizeof(float)) == 0;
+              CHECK(same);
+            }
+          }
+  }
+  for (const Isa isa : cpu::available_isas())
+    if (isa == Isa::avx2) CHECK(levels_with_it > 0);  // the AVX2 and AVX-512 levels have it
+}
+
 TEST_CASE("op kernels: exp_masked zeroes masked entries and returns the sum", "[kernels]") {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (const Isa isa : cpu::available_isas())

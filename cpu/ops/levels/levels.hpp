@@ -33,6 +33,8 @@ using DotF16 = float(const float* q, const uint16_t* k, int n);
 using DotF32 = float(const float* q, const float* k, int n);
 using AxpyF16 = void(float* acc, float w, const uint16_t* v, int n);
 using AxpyF32 = void(float* acc, float w, const float* v, int n);
+using PvLanesF16 = void(const float* w, int ldw, int group, const uint16_t* const* rows, const int32_t* lane, int n,
+                        int c0, int cols, int lanes, float* part);
 using Gemm16 = void(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc);
 using ReduceLanes = void(float* part, int lanes, int n, float* out);
 using ExpRow = void(float* s, int64_t n, float max_score);
@@ -96,6 +98,7 @@ op_signature::DotF16 dot_f16, dot64_f16, dot16_f16;
 op_signature::DotF32 dot_f32, dot64_f32, dot16_f32;
 op_signature::AxpyF16 axpy_f16;
 op_signature::AxpyF32 axpy_f32;
+op_signature::PvLanesF16 pv_lanes_f16;  // attention_rows.cpp
 op_signature::Gemm16 gemm16;
 op_signature::KvRows kv_rows;
 op_signature::ScoresF16 scores_f16;  // attention_decode.cpp

@@ -54,4 +54,25 @@ void axpy_f32(float* acc, float w, const float* v, int n) {
   for (; i < n; ++i) acc[i] += w * v[i];
 }
 
+// Each 16-value slice of a row is converted once for every head of the group; the
+// updates are axpy_f16's (fmadd(w, v, acc) per element), in the same row order.
+void pv_lanes_f16(const float* w, int ldw, int group, const uint16_t* const* rows, const int32_t* lane, int n,
+                  int c0, int cols, int lanes, float* part) {
+  const size_t head_stride = size_t(lanes) * size_t(cols);
+  for (int j = 0; j < n; ++j) {
+    const uint16_t* v = rows[j] + c0;
+    float* base = part + size_t(lane[j]) * size_t(cols);
+    for (int c = 0; c < cols; c += 16) {
+      const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c)));
+      const __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c + 8)));
+      for (int g = 0; g < group; ++g) {
+        const __m256 wv = _mm256_broadcast_ss(w + size_t(g) * size_t(ldw) + size_t(j));
+        float* a = base + size_t(g) * head_stride + size_t(c);
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(wv, x0, _mm256_loadu_ps(a)));
+        _mm256_storeu_ps(a + 8, _mm256_fmadd_ps(wv, x1, _mm256_loadu_ps(a + 8)));
+      }
+    }
+  }
+}
+
 }  // namespace ember::cpu::avx2
