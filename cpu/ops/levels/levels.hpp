@@ -5,10 +5,11 @@
 //   loops.cpp           plain C++ loops, compiled once per level with its flags (scalar,
 //                       avx2, avx512; ARM64: scalar only, its baseline already has NEON)
 //   <level>/f16.cpp     F16 conversions and the F16-table GELU row
-//   <level>/attention_rows.cpp   F16/F32 dot and axpy rows
+//   <level>/attention_rows.cpp   F16/F32 dot and axpy rows (avx2: also pv_lanes_f16)
 //   <level>/attention_lanes.cpp  llama.cpp's lanes16 / lanes64 dot products and GEMM
 //   <level>/kv_rows.cpp          quantized KV-cache rows
-//   <level>/attention_decode.cpp F16 decode-attention scores and P.V (scalar, avx2, avx512)
+//   <level>/attention_decode.cpp F16, INT8 and INT4 decode-attention scores and P.V
+//                                (scalar, avx2, avx512)
 //   <level>/gemm_f32.cpp         f32 GEMMs of the flash attention (scalar, avx512,
 //                                neon; avx2: kernels/avx2/gemm_f32.cpp)
 // A level without its own variant of something uses a lower level's (tables.cpp).
