@@ -48,13 +48,6 @@ constexpr int64_t kQueryBlock = 32;
 constexpr int kSliceCols = 16;
 constexpr int kSliceHeads = 4;
 
-// Host views of the index tensors, read once per op.
-
-float to_f32(const Tensor& cache, int64_t slot, int64_t col) {
-  return cache.type == backend::DType::f16 ? fp16_to_fp32(cache.row_ptr<uint16_t>(slot)[col])
-                                           : cache.row_ptr<float>(slot)[col];
-}
-
 // The sum of e^(s - max) over a row of scores as llama.cpp's softmax forms it (the
 // exponentials come from OpKernels::exp_row, exp_fma): chunks of 16 consecutive key
 // positions (positions not in the row count as 0) summed as lanes16, the chunk sums
@@ -75,10 +68,9 @@ double softmax_total(const float* e, const int64_t* index, int64_t n) {
   return total;
 }
 
-float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
-
-// x[i] = round_f16(x[i]) for i < n with the level's conversions (F16C at AVX2: the
-// software conversion was a fifth of a decode step's attention at 512 cells).
+// x[i] rounded to F16 and back, for i < n, with the level's conversions (they round as
+// fp32_to_fp16 does; F16C at AVX2: the software conversion was a fifth of a decode
+// step's attention at 512 cells).
 void round_to_f16(const OpKernels& kernels, float* x, int64_t n, std::vector<uint16_t>& halves) {
   if (int64_t(halves.size()) < n) halves.resize(size_t(n));
   kernels.to_f16(x, halves.data(), n);
@@ -269,13 +261,23 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
   for (int kv_head = 0; kv_head < p.n_head_kv; ++kv_head) {
     const int64_t kv_col = int64_t(kv_head) * hd;
     ctx.pool.parallel_for(n_pad, [&](int64_t begin, int64_t end) {
+      std::vector<float> value(static_cast<size_t>(hd));
       for (int64_t c = begin; c < end; ++c) {
-        const bool held = cell_pos[size_t(c)] >= 0;
-        const int64_t slot = held ? tab.slot_of(seq, int32_t(c)) : 0;
-        for (int d = 0; d < hd; ++d) {
-          keys[size_t(c * hd + d)] = held ? to_f32(k_cache, slot, kv_col + d) : 0.0f;
-          values_t[size_t(d * n_pad + c)] = held ? to_f32(v_cache, slot, kv_col + d) : 0.0f;
+        float* key = keys.data() + c * hd;
+        if (cell_pos[size_t(c)] < 0) {
+          std::fill(key, key + hd, 0.0f);
+          for (int d = 0; d < hd; ++d) values_t[size_t(d * n_pad + c)] = 0.0f;
+          continue;
         }
+        const int64_t slot = tab.slot_of(seq, int32_t(c));
+        if (f16) {  // the level's exact conversions
+          kernels.f16_to_f32(k_cache.row_ptr<uint16_t>(slot) + kv_col, key, hd);
+          kernels.f16_to_f32(v_cache.row_ptr<uint16_t>(slot) + kv_col, value.data(), hd);
+        } else {
+          std::copy_n(k_cache.row_ptr<float>(slot) + kv_col, hd, key);
+          std::copy_n(v_cache.row_ptr<float>(slot) + kv_col, hd, value.data());
+        }
+        for (int d = 0; d < hd; ++d) values_t[size_t(d * n_pad + c)] = value[size_t(d)];
       }
     });
     // Threads take blocks from a shared counter, the last (which see the most cells under
@@ -283,6 +285,7 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
     std::atomic<int64_t> taken{0};
     ctx.pool.run([&](int, int) {
       std::vector<float> queries, scores, result;
+      std::vector<uint16_t> halves;
       for (int64_t i = taken.fetch_add(1, std::memory_order_relaxed); i < n_blocks;
            i = taken.fetch_add(1, std::memory_order_relaxed)) {
         const int64_t blk = n_blocks - 1 - i;
@@ -296,8 +299,9 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
           min_pos = std::min(min_pos, tab.token_pos[t]);
           const float* src = q.row_ptr<float>(t) + int64_t(kv_head * group) * hd;
           float* dst = queries.data() + (i - t0) * group * hd;
-          for (int e = 0; e < group * hd; ++e) dst[e] = f16 ? round_f16(src[e]) : src[e];
+          std::copy(src, src + int64_t(group) * hd, dst);
         }
+        if (f16) round_to_f16(kernels, queries.data(), rows * hd, halves);
         // Only cells some query of the block can see take part, in whole chunks of 16.
         int64_t lo = n_pad, hi = 0;
         for (int64_t c = 0; c < n_cells; ++c)
@@ -331,7 +335,8 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
             double total = 0.0;
             for (int64_t c0 = 0; c0 < cols; c0 += 16) total += double(Lanes16Scalar::load(s + c0).sum());
             const auto inv = float(1.0 / total);
-            for (int64_t j = 0; j < cols; ++j) s[j] = f16 ? round_f16(s[j] * inv) : s[j] * inv;
+            for (int64_t j = 0; j < cols; ++j) s[j] *= inv;
+            if (f16) round_to_f16(kernels, s, cols, halves);
           }
           if (float* block_row = block_scores.row(blk)) add_block_scores(block_row + lo, scores.data(), rows, cols);
           kernels.gemm16(int(rows), hd, int(cols), scores.data(), int(cols), values_t.data() + lo, int(n_pad),
