@@ -69,7 +69,7 @@ double softmax_total(const float* e, const int64_t* index, int64_t n) {
 }
 
 // x[i] rounded to F16 and back, for i < n, with the level's conversions (they round as
-// fp32_to_fp16 does; F16C at AVX2: the software conversion was a fifth of a decode
+// fp32_to_fp16 does; F16C at AVX2: the software conversion was about a sixth of a decode
 // step's attention at 512 cells).
 void round_to_f16(const OpKernels& kernels, float* x, int64_t n, std::vector<uint16_t>& halves) {
   if (int64_t(halves.size()) < n) halves.resize(size_t(n));
