@@ -21,6 +21,7 @@
 
 #include "cpu/kernels/unroll.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
+#include "cpu/ops/levels/avx2/codes.hpp"
 #include "cpu/ops/levels/levels.hpp"
 
 namespace ember::cpu::avx2 {
@@ -33,17 +34,6 @@ constexpr int kKeyFloats = 2048;
 
 inline __m256 f16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-// 8 signed codes as f32.
-inline __m256 i8x8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 // The codes of 16 INT4 values starting at value e of a block (e a multiple of 16): the
@@ -79,7 +69,7 @@ struct Q8Row {
   void operator()(int j, int hd, float* dst) const {
     const uint8_t* block = rows[j];
     for (int b = 0; b < hd / gsize; ++b, block += gsize + 2) {
-      const __m256 dv = _mm256_set1_ps(half_at(block));
+      const __m256 dv = _mm256_set1_ps(half_f16c(block));
       for (int e = 0; e < gsize; e += 8) _mm256_store_ps(dst + b * gsize + e, _mm256_mul_ps(dv, i8x8(block + 2 + e)));
     }
   }
@@ -92,7 +82,7 @@ struct Q4Row {
     const int half = gsize / 2;
     const uint8_t* block = rows[j];
     for (int b = 0; b < hd / gsize; ++b, block += half + 4) {
-      const __m256 dv = _mm256_set1_ps(half_at(block)), mv = _mm256_set1_ps(half_at(block + 2));
+      const __m256 dv = _mm256_set1_ps(half_f16c(block)), mv = _mm256_set1_ps(half_f16c(block + 2));
       for (int e = 0; e < gsize; e += 16) {
         __m256 lo, hi;
         nibbles16(block + 4, e, half, lo, hi);
@@ -156,7 +146,7 @@ struct Q8Slice {
   Q8Slice(const uint8_t* const* r, int gsize, int c0)
       : rows(r), block_off(c0 / gsize * (gsize + 2)), code_off(block_off + 2 + c0 % gsize) {}
   void operator()(int j, __m256* v) const {
-    const __m256 dv = _mm256_set1_ps(half_at(rows[j] + block_off));
+    const __m256 dv = _mm256_set1_ps(half_f16c(rows[j] + block_off));
     v[0] = _mm256_mul_ps(dv, i8x8(rows[j] + code_off));
     v[1] = _mm256_mul_ps(dv, i8x8(rows[j] + code_off + 8));
   }
@@ -169,7 +159,7 @@ struct Q4Slice {
       : rows(r), half(gsize / 2), block_off(c0 / gsize * (gsize / 2 + 4)), e(c0 % gsize) {}
   void operator()(int j, __m256* v) const {
     const uint8_t* block = rows[j] + block_off;
-    const __m256 dv = _mm256_set1_ps(half_at(block)), mv = _mm256_set1_ps(half_at(block + 2));
+    const __m256 dv = _mm256_set1_ps(half_f16c(block)), mv = _mm256_set1_ps(half_f16c(block + 2));
     nibbles16(block + 4, e, half, v[0], v[1]);
     v[0] = _mm256_add_ps(_mm256_mul_ps(dv, v[0]), mv);
     v[1] = _mm256_add_ps(_mm256_mul_ps(dv, v[1]), mv);

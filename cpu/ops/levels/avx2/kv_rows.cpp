@@ -5,26 +5,18 @@
 // decoding each value); decode_stored multiplies then adds, exactly as the reference
 // decoder (cpu/ops/kv_rows.hpp).
 #include "cpu/kernels/x86_intrinsics.hpp"
+#include "cpu/ops/levels/avx2/codes.hpp"
 #include "cpu/ops/levels/kv_rows_common.hpp"
 #include "cpu/ops/levels/levels.hpp"
 
 namespace ember::cpu::avx2 {
 namespace {
 
-inline float half_f16c(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-// 8 int8 codes at `c` as floats.
-inline __m256 i8x8(const uint8_t* c) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
 }
 // The low 8 bytes of `bytes` (values 0..15) as floats.
 inline __m256 u8x8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
