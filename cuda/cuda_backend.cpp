@@ -72,6 +72,19 @@ class CudaBackend final : public backend::Backend {
   }
 
   std::string_view name() const override { return "cuda"; }
+  // The weight types with device kernels (ops/matmul.cu, ops/get_rows.cu): the GGUF
+  // types; ember's own formats of the registry (Q4_G128, Q4_G64) have none yet.
+  bool supports(backend::Op op, quant::DType type) const override {
+    if (op == backend::Op::matmul || op == backend::Op::get_rows) {
+      using quant::DType;
+      switch (type) {
+        case DType::f32: case DType::f16: case DType::bf16: case DType::q8_0: case DType::q4_0: case DType::q4_1:
+        case DType::q5_0: case DType::q5_1: case DType::q4_k: case DType::q5_k: case DType::q6_k: return true;
+        default: return false;
+      }
+    }
+    return Backend::supports(op, type);
+  }
   std::unique_ptr<backend::Buffer> allocate(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes); }
   std::shared_ptr<backend::Buffer> wrap_host(std::span<const std::byte> bytes, std::shared_ptr<const void>) override {
     auto buffer = std::make_shared<DeviceBuffer>(bytes.size());

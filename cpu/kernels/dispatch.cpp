@@ -1,7 +1,7 @@
 // Run-time choice of the kernel level: CPU feature detection, the EMBER_CPU_ISA
 // override, and the lookup of the per-level kernel tables (weight_kernels, op_kernels).
-#include <array>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -111,13 +111,6 @@ bool available(Isa isa) {
   return false;
 }
 
-template <size_t N>
-const WeightKernels* find(const std::array<const WeightKernels*, N>& table, quant::DType type) {
-  for (const WeightKernels* k : table)
-    if (k->weight_type == type) return k;
-  return nullptr;
-}
-
 }  // namespace
 
 std::string_view isa_name(Isa isa) {
@@ -152,58 +145,63 @@ Isa best_isa() {
   return detected().back();
 }
 
-const WeightKernels& weight_kernels(Isa isa, quant::DType type) {
-  if (!available(isa)) fail(ErrorCode::unsupported, "CPU kernels: this CPU cannot run the {} level", isa_name(isa));
-  const WeightKernels* found = nullptr;
+namespace {
+
+// The level whose weight kernels a level runs for a type it has no table of (the
+// registry's `levels` column): the next one below that this CPU also runs.
+std::optional<Isa> level_below(Isa isa) {
   switch (isa) {
-    case Isa::scalar: {
-      using namespace scalar;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
+    case Isa::avx2vnni:
+    case Isa::avx512: return Isa::avx2;
+    case Isa::i8mm: return Isa::dotprod;
+    case Isa::dotprod: return Isa::neon;
+    case Isa::avx2:
+    case Isa::neon: return Isa::scalar;
+    case Isa::scalar: break;
+  }
+  return std::nullopt;
+}
+
+// The table of `type` that `isa` has of its own, or nullptr.
+const WeightKernels* own_kernels(Isa isa, quant::DType type) {
+#define EMBER_KERNELS_ENTRY(level, levels, NAME) \
+  EMBER_IF_LEVEL(levels, level, if (level::k##NAME.weight_type == type) return &level::k##NAME;)
+#define EMBER_ENTRY_scalar(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(scalar, levels, NAME)
+#define EMBER_ENTRY_avx2(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(avx2, levels, NAME)
+#define EMBER_ENTRY_avx2vnni(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(avx2vnni, levels, NAME)
+#define EMBER_ENTRY_avx512(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(avx512, levels, NAME)
+#define EMBER_ENTRY_neon(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(neon, levels, NAME)
+#define EMBER_ENTRY_dotprod(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(dotprod, levels, NAME)
+#define EMBER_ENTRY_i8mm(id, NAME, t, e, b, a, levels) EMBER_KERNELS_ENTRY(i8mm, levels, NAME)
+#define EMBER_LEVEL_CASE(level)            \
+  case Isa::level: {                       \
+    EMBER_WEIGHT_TYPES(EMBER_ENTRY_##level) \
+    return nullptr;                        \
+  }
+  switch (isa) {
+    EMBER_LEVEL_CASE(scalar)
 #if defined(EMBER_X86)
-    case Isa::avx2: {
-      using namespace avx2;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
-    case Isa::avx2vnni: {
-      using namespace avx2vnni;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
-    case Isa::avx512: {
-      using namespace avx512;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
+    EMBER_LEVEL_CASE(avx2)
+    EMBER_LEVEL_CASE(avx2vnni)
+    EMBER_LEVEL_CASE(avx512)
 #endif
 #if defined(EMBER_ARM64)
-    case Isa::neon: {
-      using namespace neon;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
-    case Isa::dotprod: {
-      using namespace dotprod;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
-    case Isa::i8mm: {
-      using namespace i8mm;
-      found = find(std::array{&kF32, &kF16, &kBF16, &kQ8_0, &kQ4_0, &kQ4_1, &kQ5_0, &kQ5_1, &kQ4_K, &kQ5_K, &kQ6_K},
-                   type);
-      break;
-    }
+    EMBER_LEVEL_CASE(neon)
+    EMBER_LEVEL_CASE(dotprod)
+    EMBER_LEVEL_CASE(i8mm)
 #endif
     default: break;
   }
+#undef EMBER_LEVEL_CASE
+  return nullptr;
+}
+
+}  // namespace
+
+const WeightKernels& weight_kernels(Isa isa, quant::DType type) {
+  if (!available(isa)) fail(ErrorCode::unsupported, "CPU kernels: this CPU cannot run the {} level", isa_name(isa));
+  const WeightKernels* found = nullptr;
+  for (std::optional<Isa> level = isa; level && !found; level = level_below(*level)) found = own_kernels(*level, type);
   if (!found)
     fail(ErrorCode::unsupported, "CPU kernels: no {} kernels for weight type {}", isa_name(isa),
          quant::type_name(type));

@@ -5,6 +5,7 @@
 
 #include "cpu/kernels/kernels.hpp"
 #include "cpu/kernels/op_kernels.hpp"
+#include "quant/weight_types.hpp"
 
 namespace ember::cpu {
 
@@ -26,32 +27,33 @@ extern const OpKernels kOps;
 }
 #endif
 
-namespace scalar {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
+// The weight-kernel tables k<NAME> of every level that the registry's `levels` column
+// gives one (quant/weight_types.hpp).
+#define EMBER_DECLARE_KERNELS(level)                                                              \
+  namespace level {                                                                               \
+  EMBER_WEIGHT_TYPES(EMBER_DECLARE_KERNELS_ROW_##level)                                           \
+  }
+#define EMBER_KERNELS_EXTERN(levels, level, NAME) EMBER_IF_LEVEL(levels, level, extern const WeightKernels k##NAME;)
+#define EMBER_DECLARE_KERNELS_ROW_scalar(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, scalar, NAME)
+#define EMBER_DECLARE_KERNELS_ROW_avx2(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, avx2, NAME)
+#define EMBER_DECLARE_KERNELS_ROW_avx2vnni(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, avx2vnni, NAME)
+#define EMBER_DECLARE_KERNELS_ROW_avx512(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, avx512, NAME)
+#define EMBER_DECLARE_KERNELS_ROW_neon(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, neon, NAME)
+#define EMBER_DECLARE_KERNELS_ROW_dotprod(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, dotprod, NAME)
+#define EMBER_DECLARE_KERNELS_ROW_i8mm(id, NAME, t, e, b, a, levels) EMBER_KERNELS_EXTERN(levels, i8mm, NAME)
+
+EMBER_DECLARE_KERNELS(scalar)
 #if defined(EMBER_X86)
-namespace avx2 {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
-namespace avx2vnni {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
-namespace avx512 {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
+EMBER_DECLARE_KERNELS(avx2)
+EMBER_DECLARE_KERNELS(avx2vnni)
+EMBER_DECLARE_KERNELS(avx512)
 #endif
 #if defined(EMBER_ARM64)
 // ARM64: one NEON source (kernels/neon) compiled per level: plain NEON (vmull / vpadal),
 // + the dot-product extension (SDOT), + i8mm (SMMLA).
-namespace neon {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
-namespace dotprod {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
-namespace i8mm {
-extern const WeightKernels kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K;
-}
+EMBER_DECLARE_KERNELS(neon)
+EMBER_DECLARE_KERNELS(dotprod)
+EMBER_DECLARE_KERNELS(i8mm)
 #endif
 
 }  // namespace ember::cpu

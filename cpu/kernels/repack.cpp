@@ -21,6 +21,8 @@ bool format_of(quant::DType type, Rows8Format& f) {
     case quant::DType::q4_0: f = {sizeof(quant::BlockQ4_0), -1, -1, 2}; return true;
     case quant::DType::q4_1: f = {sizeof(quant::BlockQ4_1), 2, -1, 4}; return true;
     case quant::DType::q5_1: f = {sizeof(quant::BlockQ5_1), 2, 4, 8}; return true;
+    case quant::DType::q4_g128: f = {68, 2, -1, 4}; return true;  // lib/quant/q4_g.cpp
+    case quant::DType::q4_g64: f = {36, 2, -1, 4}; return true;
     default: return false;
   }
 }
@@ -39,6 +41,7 @@ void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, st
   if (rows % kLayoutRows8Group != 0 || n % quant::type_info(type).block_elems != 0)
     fail(ErrorCode::internal, "repack_rows8: [{}, {}] is not whole groups of 8 rows and whole blocks", rows, n);
   const int64_t nb = n / quant::type_info(type).block_elems;
+  const int subs = int(quant::type_info(type).block_elems / quant::kQK);  // 32-value runs of codes per block
   const size_t row_bytes = size_t(nb) * f.block_bytes;
   const size_t m_at = 16, qh_at = f.m_offset >= 0 ? 32 : 16, codes_at = qh_at + (f.qh_offset >= 0 ? 32 : 0);
   for (int64_t g = 0; g < rows; g += kLayoutRows8Group) {
@@ -50,7 +53,9 @@ void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, st
         std::memcpy(rec + 2 * r, blk, 2);
         if (f.m_offset >= 0) std::memcpy(rec + m_at + 2 * r, blk + f.m_offset, 2);
         if (f.qh_offset >= 0) std::memcpy(rec + qh_at + 4 * r, blk + f.qh_offset, 4);
-        for (int k = 0; k < 4; ++k) std::memcpy(rec + codes_at + 32 * k + 4 * r, blk + f.qs_offset + 4 * k, 4);
+        for (int j = 0; j < subs; ++j)
+          for (int k = 0; k < 4; ++k)
+            std::memcpy(rec + codes_at + 128 * j + 32 * k + 4 * r, blk + f.qs_offset + 16 * j + 4 * k, 4);
       }
     }
   }

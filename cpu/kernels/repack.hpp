@@ -1,7 +1,7 @@
 // Load-time weight layouts of the CPU backend (Backend::prepare_weight).
 //
 // The rows8 layout (Tensor::layout == kLayoutRows8) of the 32-value formats with
-// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1): the batched kernels of a level
+// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64): the batched kernels of a level
 // (avx2 rows8_32.hpp) transpose the codes of 8 weight rows so that one int32 lane holds
 // one row, and the scales of 8 rows side by side, once per block and call. For
 // prefill the transposition is shared by many tokens; for decode (one token) it costs
@@ -14,6 +14,8 @@
 //   m[8]        (Q4_1, Q5_1) the rows' fp16 offsets
 //   qh[8]       (Q5_1) each row's 4 high-bit bytes, row r at 4r
 //   codes[4][8] 4-byte words: codes[k][r] = bytes 4k .. 4k + 3 of row r's 16 nibble bytes
+// Q4_G128 and Q4_G64 (d, m, then 4 or 2 runs of 16 nibble bytes per block) have one
+// such codes[4][8] per run, one after another (128 bytes each).
 // Level-independent (plain byte moves), so every level's kernels can read it.
 #pragma once
 

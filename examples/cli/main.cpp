@@ -87,12 +87,14 @@ speculative decoding (lossless: the same tokens as without it):
                  [--budget SIZE | --bpw B] [--sensitivity proxy|kl] [--eval FILE] [--max-ppl-rise R | --no-gate]
   Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
-        Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures)
+        Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures),
+        Q4_G128 Q4_G64 (ember's asymmetric INT4 groups of 128 / 64; only ember loads them)
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
-                         with calibration Hessians onto standard Q4_0 / Q4_K blocks (TYPE Q4_0,
-                         Q4_K, Q4_K_M; a mixture's other types stay round-to-nearest);
+                         with calibration Hessians onto standard Q4_0 / Q4_K blocks or ember's
+                         groups (TYPE Q4_0, Q4_K, Q4_K_M, Q4_G128, Q4_G64; a mixture's other
+                         types stay round-to-nearest);
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE)
   --calib FILE           the calibration text (gptq, awq, --budget/--bpw, --sensitivity kl); without
                          --eval its last 10 % (at least one --eval-ctx chunk) is held out for the gate

@@ -22,6 +22,8 @@ enum class QuantRecipe {
   q8_0, q4_0, q4_1, q5_0, q5_1,   // one 32-value block type (output / tied embedding: Q6_K or Q8_0)
   q4_k, q5_k, q6_k,               // one super-block type (same output rule; rows not a multiple of 256 fall back)
   q4_k_m, q5_k_m,                 // llama.cpp's mixtures: some attn_v / ffn_down layers in Q6_K
+  q4_g128, q4_g64,                // ember's asymmetric INT4 groups (not GGUF types: only ember loads them);
+                                  // output / tied embedding as the 32-value recipes
 };
 
 // "Q4_K_M" and the like; the parse is case-insensitive. nullopt for other names.
@@ -31,8 +33,8 @@ EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
 // How the quantized values are chosen (`--method`).
 enum class QuantMethod {
   rtn,    // round to nearest: llama-quantize's bytes
-  gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 / Q4_K grids with calibration Hessians;
-          // recipes Q4_0, Q4_K, Q4_K_M
+  gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 / Q4_K / Q4_G128 / Q4_G64 grids with
+          // calibration Hessians; recipes Q4_0, Q4_K, Q4_K_M, Q4_G128, Q4_G64
   awq,    // AWQ (Lin et al. 2023): per-channel scales searched on calibration data, folded
           // into the norms / ffn_up rows before the projections; any recipe
 };

@@ -8,20 +8,13 @@ namespace ember::quant {
 namespace {
 
 // Sizes follow ggml's block structs (ggml/src/ggml-common.h).
-constexpr std::array<TypeInfo, 31> kTypes{{
-    {DType::f32, "F32", 1, 4, true},
-    {DType::f16, "F16", 1, 2, true},
-    {DType::q4_0, "Q4_0", 32, 18, true},
-    {DType::q4_1, "Q4_1", 32, 20, true},
-    {DType::q5_0, "Q5_0", 32, 22, true},
-    {DType::q5_1, "Q5_1", 32, 24, true},
-    {DType::q8_0, "Q8_0", 32, 34, true},
+constexpr TypeInfo kTypes[] = {
+#define EMBER_TYPE_INFO(id, NAME, type_id, elems, bytes, ...) {DType::id, #NAME, elems, bytes, true},
+    EMBER_WEIGHT_TYPES(EMBER_TYPE_INFO)
+#undef EMBER_TYPE_INFO
     {DType::q8_1, "Q8_1", 32, 36, false},
     {DType::q2_k, "Q2_K", 256, 84, false},
     {DType::q3_k, "Q3_K", 256, 110, false},
-    {DType::q4_k, "Q4_K", 256, 144, true},
-    {DType::q5_k, "Q5_K", 256, 176, true},
-    {DType::q6_k, "Q6_K", 256, 210, true},
     {DType::q8_k, "Q8_K", 256, 292, false},
     {DType::iq2_xxs, "IQ2_XXS", 256, 66, false},
     {DType::iq2_xs, "IQ2_XS", 256, 74, false},
@@ -37,10 +30,9 @@ constexpr std::array<TypeInfo, 31> kTypes{{
     {DType::i64, "I64", 1, 8, false},
     {DType::f64, "F64", 1, 8, false},
     {DType::iq1_m, "IQ1_M", 256, 56, false},
-    {DType::bf16, "BF16", 1, 2, true},
     {DType::tq1_0, "TQ1_0", 256, 54, false},
     {DType::tq2_0, "TQ2_0", 256, 66, false},
-}};
+};
 
 // KV-cache storage types (quant/kv_formats.hpp): block = one group.
 constexpr std::array<TypeInfo, 6> kKvTypes{{
@@ -52,9 +44,11 @@ constexpr std::array<TypeInfo, 6> kKvTypes{{
     {DType::kv_q4o_g64, "KV_Q4O_G64", 64, 42, false},
 }};
 
-constexpr std::array<DType, 11> kWeightTypes{DType::f32,  DType::f16,  DType::bf16, DType::q8_0,
-                                             DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
-                                             DType::q4_k, DType::q5_k, DType::q6_k};
+constexpr DType kWeightTypes[] = {
+#define EMBER_WEIGHT_DTYPE(id, ...) DType::id,
+    EMBER_WEIGHT_TYPES(EMBER_WEIGHT_DTYPE)
+#undef EMBER_WEIGHT_DTYPE
+};
 
 }  // namespace
 

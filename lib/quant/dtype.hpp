@@ -1,6 +1,6 @@
 // Element types of tensors as stored in GGUF files.
 //
-// The numeric values are the type ids of the GGUF format (ggml's `ggml_type`), so a
+// The numeric values are the type ids of the GGUF format (ember's own weight formats: 1100 up) (ggml's `ggml_type`), so a
 // DType can be read straight from a tensor-info record once validated with
 // dtype_from_id(). Block geometry facts come from ggml's block definitions
 // (ggml/src/ggml-common.h); ember's arithmetic for the types it computes with lives
@@ -13,22 +13,18 @@
 #include <span>
 #include <string_view>
 
+#include "quant/weight_types.hpp"
+
 namespace ember::quant {
 
 enum class DType : uint32_t {
-  f32 = 0,
-  f16 = 1,
-  q4_0 = 2,
-  q4_1 = 3,
-  q5_0 = 6,
-  q5_1 = 7,
-  q8_0 = 8,
+#define EMBER_DTYPE_ENUM(id, NAME, type_id, ...) id = type_id,
+  EMBER_WEIGHT_TYPES(EMBER_DTYPE_ENUM)  // the weight types: lib/quant/weight_types.hpp
+#undef EMBER_DTYPE_ENUM
+  // GGUF types ember reads the layout of but does not compute with.
   q8_1 = 9,
   q2_k = 10,
   q3_k = 11,
-  q4_k = 12,
-  q5_k = 13,
-  q6_k = 14,
   q8_k = 15,
   iq2_xxs = 16,
   iq2_xs = 17,
@@ -44,7 +40,6 @@ enum class DType : uint32_t {
   i64 = 27,
   f64 = 28,
   iq1_m = 29,
-  bf16 = 30,
   tq1_0 = 34,
   tq2_0 = 35,
   // ember's own KV-cache storage types (quant/kv_formats.hpp). They never appear in a
@@ -71,7 +66,7 @@ std::optional<TypeInfo> type_info_from_id(uint32_t id);
 // Type info for a known DType.
 const TypeInfo& type_info(DType type);
 inline std::string_view type_name(DType type) { return type_info(type).name; }
-// Every type ember can use as weights (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
+// Every type ember can use as weights, in the registry's order (lib/quant/weight_types.hpp).
 std::span<const DType> weight_types();
 
 // Types a KV cache can be stored in: F32, F16 and the kv_* types.

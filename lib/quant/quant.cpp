@@ -19,18 +19,11 @@ struct Format {
   float (*dot)(const void*, const void*, int64_t);  // nullptr: not a weight type
 };
 
-constexpr std::array<Format, 19> kFormats{{
-    {DType::f32, DType::f32, ref::dequantize_f32, ref::quantize_f32, ref::dot_f32},
-    {DType::f16, DType::f32, ref::dequantize_f16, ref::quantize_f16, ref::dot_f16},
-    {DType::bf16, DType::f32, ref::dequantize_bf16, ref::quantize_bf16, ref::dot_bf16},
-    {DType::q8_0, DType::q8_0, ref::dequantize_q8_0, ref::quantize_q8_0, ref::dot_q8_0},
-    {DType::q4_0, DType::q8_0, ref::dequantize_q4_0, ref::quantize_q4_0, ref::dot_q4_0},
-    {DType::q4_1, DType::q8_1, ref::dequantize_q4_1, ref::quantize_q4_1, ref::dot_q4_1},
-    {DType::q5_0, DType::q8_0, ref::dequantize_q5_0, ref::quantize_q5_0, ref::dot_q5_0},
-    {DType::q5_1, DType::q8_1, ref::dequantize_q5_1, ref::quantize_q5_1, ref::dot_q5_1},
-    {DType::q4_k, DType::q8_k, ref::dequantize_q4_k, ref::quantize_q4_k, ref::dot_q4_k},
-    {DType::q5_k, DType::q8_k, ref::dequantize_q5_k, ref::quantize_q5_k, ref::dot_q5_k},
-    {DType::q6_k, DType::q8_k, ref::dequantize_q6_k, ref::quantize_q6_k, ref::dot_q6_k},
+constexpr Format kFormats[] = {
+#define EMBER_REF_FORMAT(id, NAME, type_id, elems, bytes, activation, ...) \
+  {DType::id, DType::activation, ref::dequantize_##id, ref::quantize_##id, ref::dot_##id},
+    EMBER_WEIGHT_TYPES(EMBER_REF_FORMAT)
+#undef EMBER_REF_FORMAT
     {DType::q8_1, DType::q8_1, ref::dequantize_q8_1, ref::quantize_q8_1, nullptr},
     {DType::q8_k, DType::q8_k, ref::dequantize_q8_k, ref::quantize_q8_k, nullptr},
     // KV-cache storage types (kv_formats.hpp): quantize/dequantize only.
@@ -40,7 +33,7 @@ constexpr std::array<Format, 19> kFormats{{
     {DType::kv_q4_g64, DType::kv_q4_g64, ref::dequantize_kv_q4_g64, ref::quantize_kv_q4_g64, nullptr},
     {DType::kv_q4o_g32, DType::kv_q4o_g32, ref::dequantize_kv_q4o_g32, ref::quantize_kv_q4o_g32, nullptr},
     {DType::kv_q4o_g64, DType::kv_q4o_g64, ref::dequantize_kv_q4o_g64, ref::quantize_kv_q4o_g64, nullptr},
-}};
+};
 
 const Format& format(const char* what, DType type) {
   for (const Format& f : kFormats)

@@ -1,4 +1,4 @@
-// GPTQ onto the Q4_0 and Q4_K grids (gptq.hpp).
+// GPTQ onto the Q4_0, Q4_K, Q4_G128 and Q4_G64 grids (gptq.hpp).
 #include "quantize/gptq.hpp"
 
 #include <Eigen/Cholesky>
@@ -11,6 +11,7 @@
 
 #include "common/fail.hpp"
 #include "quant/blocks.hpp"
+#include "quant/formats.hpp"
 #include "quantize/k_search.hpp"
 
 namespace ember::quantize {
@@ -92,6 +93,44 @@ class GridQ4_K {
 
  private:
   quant::BlockQ4_K* blocks_;
+  int64_t per_row_;
+};
+
+// Q4_G128 / Q4_G64 (lib/quant/q4_g.cpp): the group's grid is the round-to-nearest
+// quantizer's (m = fp16(min), d = fp16((max - min) / 15) of the group's values); each
+// value then gets q = clamp(round-half-even((w - m) / d), 0, 15), dequantized d * q + m.
+template <int64_t G>
+class GridQ4G {
+ public:
+  static constexpr int64_t kWidth = G;
+  static constexpr size_t kBlockBytes = 4 + G / 2;
+
+  GridQ4G(void* dst, int64_t, int64_t cols) : bytes_(static_cast<uint8_t*>(dst)), per_row_(cols / kWidth) {}
+
+  void start(int64_t r, int64_t b, const float* x) {
+    uint8_t* blk = block(r, b);
+    if (G == 128)
+      quant::ref::quantize_q4_g128(x, blk, kWidth);
+    else
+      quant::ref::quantize_q4_g64(x, blk, kWidth);
+    std::memset(blk + 4, 0, G / 2);
+  }
+
+  double code(int64_t r, int64_t c, float x) {
+    uint8_t* blk = block(r, c / kWidth);
+    const int64_t i = c % kWidth;
+    uint16_t d16, m16;
+    std::memcpy(&d16, blk, 2);
+    std::memcpy(&m16, blk + 2, 2);
+    const float d = fp16_to_fp32(d16), m = fp16_to_fp32(m16);
+    const int q = d != 0.0f ? int(std::clamp(std::nearbyint((x - m) / d), 0.0f, 15.0f)) : 0;
+    blk[4 + 16 * (i / 32) + i % 16] |= uint8_t((i % 32) < 16 ? q : q << 4);
+    return double(quant::mul_then_add(float(q), d, m));
+  }
+
+ private:
+  uint8_t* block(int64_t r, int64_t b) { return bytes_ + size_t(r * per_row_ + b) * kBlockBytes; }
+  uint8_t* bytes_;
   int64_t per_row_;
 };
 
@@ -201,21 +240,26 @@ void run_gptq(const float* weights, int64_t rows, int64_t cols, const double* he
 
 }  // namespace
 
-bool gptq_can_write(quant::DType type) { return type == quant::DType::q4_0 || type == quant::DType::q4_k; }
+bool gptq_can_write(quant::DType type) {
+  return type == quant::DType::q4_0 || type == quant::DType::q4_k || type == quant::DType::q4_g128 ||
+         type == quant::DType::q4_g64;
+}
 
 void gptq_quantize(quant::DType type, const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
                    const GptqOptions& options) {
   if (!gptq_can_write(type))
-    fail(ErrorCode::unsupported, "gptq: writes Q4_0 and Q4_K, not {}", quant::type_name(type));
+    fail(ErrorCode::unsupported, "gptq: writes Q4_0, Q4_K, Q4_G128 and Q4_G64, not {}", quant::type_name(type));
   require(rows >= 0 && cols > 0, "gptq: {} x {} weights: the row length must be a positive multiple of the block", rows,
           cols);
   require(options.damp > 0 && std::isfinite(options.damp), "gptq: damp is {}, must be > 0", options.damp);
   require(options.block_columns > 0 && options.block_columns % quant::kQK == 0,
           "gptq: block_columns is {}, must be a positive multiple of 32", options.block_columns);
-  if (type == quant::DType::q4_0)
-    run_gptq<GridQ4_0>(weights, rows, cols, hessian, dst, options);
-  else
-    run_gptq<GridQ4_K>(weights, rows, cols, hessian, dst, options);
+  switch (type) {
+    case quant::DType::q4_0: return run_gptq<GridQ4_0>(weights, rows, cols, hessian, dst, options);
+    case quant::DType::q4_k: return run_gptq<GridQ4_K>(weights, rows, cols, hessian, dst, options);
+    case quant::DType::q4_g128: return run_gptq<GridQ4G<128>>(weights, rows, cols, hessian, dst, options);
+    default: return run_gptq<GridQ4G<64>>(weights, rows, cols, hessian, dst, options);
+  }
 }
 
 }  // namespace ember::quantize

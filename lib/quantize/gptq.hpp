@@ -1,6 +1,7 @@
 // GPTQ (Frantar et al. 2022, "GPTQ: Accurate Post-Training Quantization for Generative
 // Pre-trained Transformers") onto the standard Q4_0 and Q4_K grids, so that the output
-// is an ordinary Q4_0 / Q4_K tensor any GGUF reader (llama.cpp included) loads.
+// is an ordinary Q4_0 / Q4_K tensor any GGUF reader (llama.cpp included) loads, and
+// onto ember's own asymmetric INT4 groups Q4_G128 / Q4_G64.
 //
 // For a weight matrix W [rows][cols] (cols = the input width) and the Hessian of its
 // layer-wise loss H = sum over calibration rows x of x^T x ([cols][cols]):
@@ -33,6 +34,10 @@
 //         d * sc_s * q - dmin * m_s as a reader computes it. In a sub-block whose
 //         step d * sc_s is 0 every value dequantizes to -dmin * m_s; its codes are
 //         the searched quantizer's.
+//       Q4_G128 / Q4_G64 (128 / 64 columns): ember's asymmetric groups
+//         (lib/quant/q4_g.cpp): m = fp16(min), d = fp16((max - min) / 15) of those
+//         values; each value gets q = clamp(round-half-even((w - m) / d), 0, 15) and is
+//         dequantized d * q + m;
 //     With a diagonal H no error reaches another column, and the bytes are exactly
 //     round-to-nearest's.
 // Weights are updated in double precision.
@@ -50,12 +55,12 @@ struct GptqOptions {
   bool act_order = false;       // columns in order of decreasing H[i][i] (see above)
 };
 
-// True for the types GPTQ writes: Q4_0 and Q4_K.
+// True for the types GPTQ writes: Q4_0, Q4_K, Q4_G128 and Q4_G64.
 bool gptq_can_write(quant::DType type);
 
 // `weights`: [rows][cols] row-major; `hessian`: [cols][cols] row-major, symmetric
 // (copied, not modified); `dst`: rows * quant::row_bytes(type, cols) bytes. cols must
-// be a multiple of the type's block (32 for Q4_0, 256 for Q4_K). Throws unsupported for
+// be a multiple of the type's block (32 for Q4_0, 256 for Q4_K, 128 / 64 for Q4_G*). Throws unsupported for
 // another type, invalid_argument for bad sizes or options, malformed_file for a
 // non-finite weight or Hessian entry.
 void gptq_quantize(quant::DType type, const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,

@@ -20,6 +20,8 @@ std::vector<DType> mix_ladder(DType base) {
   switch (base) {
     case DType::q4_k: case DType::q5_k: case DType::q6_k:
       return {DType::q4_k, DType::q5_k, DType::q6_k, DType::q8_0};
+    case DType::q4_g128: case DType::q4_g64:
+      return {base, DType::q5_0, DType::q8_0};
     default:
       return {DType::q4_0, DType::q5_0, DType::q8_0};
   }

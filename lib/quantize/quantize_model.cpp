@@ -57,6 +57,8 @@ quantize::Recipe to_internal(QuantRecipe r) {
     case QuantRecipe::q6_k: return quantize::Recipe::q6_k;
     case QuantRecipe::q4_k_m: return quantize::Recipe::q4_k_m;
     case QuantRecipe::q5_k_m: return quantize::Recipe::q5_k_m;
+    case QuantRecipe::q4_g128: return quantize::Recipe::q4_g128;
+    case QuantRecipe::q4_g64: return quantize::Recipe::q4_g64;
   }
   fail(ErrorCode::invalid_argument, "quantize: unknown recipe {}", int(r));
 }
@@ -265,7 +267,8 @@ bool raise_until_holds(const gguf::File& file, std::span<const quantize::TensorP
 std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
   static constexpr QuantRecipe kAll[] = {QuantRecipe::q8_0, QuantRecipe::q4_0, QuantRecipe::q4_1, QuantRecipe::q5_0,
                                          QuantRecipe::q5_1, QuantRecipe::q4_k, QuantRecipe::q5_k, QuantRecipe::q6_k,
-                                         QuantRecipe::q4_k_m, QuantRecipe::q5_k_m};
+                                         QuantRecipe::q4_k_m, QuantRecipe::q5_k_m, QuantRecipe::q4_g128,
+                                         QuantRecipe::q4_g64};
   const quantize::RecipeInfo* info = quantize::find_recipe(name);
   if (!info) return std::nullopt;
   for (QuantRecipe r : kAll)
@@ -289,7 +292,9 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   if (gptq || awq) {
     const char* method = gptq ? "gptq" : "awq";
     if (gptq && !quantize::gptq_can_write(recipe.base))
-      fail(ErrorCode::unsupported, "quantize: --method gptq writes Q4_0 and Q4_K (recipes Q4_0, Q4_K, Q4_K_M), not {}",
+      fail(ErrorCode::unsupported,
+           "quantize: --method gptq writes Q4_0, Q4_K, Q4_G128 and Q4_G64 (recipes Q4_0, Q4_K, Q4_K_M, Q4_G128, "
+           "Q4_G64), not {}",
            recipe.name);
     require(!options.calibration_text.empty(), "quantize: --method {} needs a calibration text (--calib FILE)", method);
     require(options.samples >= 1, "quantize: samples is {}, must be at least 1", options.samples);

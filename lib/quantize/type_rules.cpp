@@ -14,7 +14,7 @@ using quant::DType;
 
 // general.file_type values are llama.cpp's llama_ftype. The plain K recipes have no
 // ftype of their own; they are written as the "_S" (mostly that type) codes.
-constexpr std::array<RecipeInfo, 10> kRecipes{{
+constexpr std::array<RecipeInfo, 12> kRecipes{{
     {Recipe::q8_0, "Q8_0", DType::q8_0, 7, false},
     {Recipe::q4_0, "Q4_0", DType::q4_0, 2, false},
     {Recipe::q4_1, "Q4_1", DType::q4_1, 3, false},
@@ -25,6 +25,9 @@ constexpr std::array<RecipeInfo, 10> kRecipes{{
     {Recipe::q6_k, "Q6_K", DType::q6_k, 18, false},
     {Recipe::q4_k_m, "Q4_K_M", DType::q4_k, 15, true},
     {Recipe::q5_k_m, "Q5_K_M", DType::q5_k, 17, true},
+    // ember's own formats: no llama_ftype exists; the file type is the tensor type's id.
+    {Recipe::q4_g128, "Q4_G128", DType::q4_g128, 1100, false},
+    {Recipe::q4_g64, "Q4_G64", DType::q4_g64, 1101, false},
 }};
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
@@ -80,6 +83,8 @@ DType fallback_of(DType type, const std::string& name, int64_t cols) {
     case DType::q4_k: return DType::q5_0;
     case DType::q5_k: return DType::q5_1;
     case DType::q6_k: return DType::q8_0;
+    case DType::q4_g128: return cols % 64 == 0 ? DType::q4_g64 : DType::q4_1;
+    case DType::q4_g64: return DType::q4_1;
     default:
       fail(ErrorCode::unsupported, "quantize: tensor '{}' has rows of {} values, not a multiple of the {} block size {}",
            name, cols, quant::type_name(type), quant::type_info(type).block_elems);

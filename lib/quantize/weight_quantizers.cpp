@@ -6,21 +6,16 @@
 #include "common/fail.hpp"
 #include "quant/blocks.hpp"
 #include "quant/formats.hpp"
+#include "quant/quant.hpp"
 #include "quantize/k_search.hpp"
 
 namespace ember::quantize {
 
 using quant::DType;
 
-bool can_write(DType type) {
-  switch (type) {
-    case DType::f32: case DType::f16: case DType::bf16: case DType::q8_0: case DType::q4_0: case DType::q4_1:
-    case DType::q5_0: case DType::q5_1: case DType::q4_k: case DType::q5_k: case DType::q6_k:
-      return true;
-    default:
-      return false;
-  }
-}
+// Every weight type of the registry (quant/weight_types.hpp): those without a rule of
+// their own below get lib/quant's reference quantizer.
+bool can_write(DType type) { return quant::type_info(type).weight_supported; }
 
 void quantize_q8_0_weights(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<quant::BlockQ8_0*>(dst);
@@ -56,6 +51,7 @@ void quantize_values(DType type, const float* src, void* dst, int64_t n) {
     case DType::q6_k: quantize_q6_k_searched(src, dst, n); return;
     default: break;
   }
+  if (can_write(type)) return quant::quantize_row(type, src, dst, n);
   fail(ErrorCode::unsupported, "quantize: ember cannot write {} tensors", quant::type_name(type));
 }
 

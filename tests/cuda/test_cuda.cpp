@@ -168,6 +168,7 @@ TEST_CASE("CUDA matmul follows the matmul contract for every weight type", "[cud
   const int64_t n_in = 1024, n_out = 75;
   for (DType type : quant::weight_types()) {
     INFO(quant::type_name(type));
+    if (!be->supports(ember::backend::Op::matmul, type)) continue;   // ember's own formats: no device kernels
     const size_t row_bytes = quant::row_bytes(type, n_in);
     std::vector<std::byte> w(row_bytes * n_out);
     std::vector<float> v(static_cast<size_t>(n_in));

@@ -66,7 +66,8 @@ inline std::vector<int64_t> test_lengths(quant::DType type) {
   const int block = int(quant::type_info(type).block_elems);
   if (block == 1) return {1, 7, 16, 33, 256, 1000, 4096};
   if (block == 32) return {32, 64, 96, 256, 1024, 4096};
-  return {256, 512, 1024, 4096};
+  if (block == 256) return {256, 512, 1024, 4096};
+  return {block, 2 * int64_t(block), 3 * int64_t(block), 640, 4096};  // groups of 64 or 128
 }
 
 }  // namespace ember::test

@@ -309,7 +309,8 @@ TEST_CASE("dot_tile over one activation row streams long rows in segments", "[ke
     for (DType type : quant::weight_types()) {
       const auto& k = ember::cpu::weight_kernels(isa, type);
       const int64_t block = quant::type_info(type).block_elems;
-      const int64_t n = block == 256 ? 32768 + 512 : 32768 + 96;
+      // An odd count of steps beyond 32768 for every block size.
+      const int64_t n = block == 256 ? 32768 + 512 : block > 32 ? 32768 + 3 * block : 32768 + 96;
       INFO(label(isa, type, n));
       const size_t w_row = quant::row_bytes(type, n);
       std::vector<std::byte> w(w_row * n_w);

@@ -94,11 +94,13 @@ TEST_CASE("cpu::matmul matches dot_row for every type, level and thread count", 
   ThreadPool pool1(1), pool3(3);
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : quant::weight_types()) {
-      const bool k_format = quant::type_info(type).block_elems == 256;
+      const int64_t block = quant::type_info(type).block_elems;
       // n_in 288 = 9 blocks: an odd block count (tails of two-block steps).
       // n_in 1120 = 2 packed groups of 16 blocks + 3 blocks (prefill remainder path).
-      const std::vector<Shape> shapes = {{64, 256, 1},   {100, k_format ? 512 : 288, 3}, {257, 1024, 17},
-                                         {1000, 2048, 1}, {40, k_format ? 1280 : 1120, 9}};
+      // Groups of 64 or 128 values: 3 and 9 groups.
+      const int64_t odd = block == 256 ? 512 : block > 32 ? 3 * block : 288;
+      const int64_t remainder = block == 256 ? 1280 : block > 32 ? 9 * block : 1120;
+      const std::vector<Shape> shapes = {{64, 256, 1}, {100, odd, 3}, {257, 1024, 17}, {1000, 2048, 1}, {40, remainder, 9}};
       for (const Shape& s : shapes) {
         // The scalar level is slow on large shapes; one thread count is enough there.
         if (isa == Isa::scalar && s.n_out * s.n_in > 300000) continue;

@@ -75,8 +75,10 @@ void k_scale_min(const uint8_t* b, int j, int& sc, int& mn) {
 std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vector<float>& weights, size_t rows,
                                       size_t cols, Matrix h, double damp, bool act_order = false) {
   const bool k4 = type == ember::quant::DType::q4_k;
-  const size_t width = k4 ? 256 : 32;
-  const size_t block_bytes = k4 ? sizeof(ember::quant::BlockQ4_K) : sizeof(ember::quant::BlockQ4_0);
+  // ember's groups (lib/quant/q4_g.cpp): d, m (fp16), then the codes, 16 bytes per 32 values.
+  const bool group = type == ember::quant::DType::q4_g128 || type == ember::quant::DType::q4_g64;
+  const size_t width = k4 ? 256 : type == ember::quant::DType::q4_g128 ? 128 : type == ember::quant::DType::q4_g64 ? 64 : 32;
+  const size_t block_bytes = k4 ? sizeof(ember::quant::BlockQ4_K) : group ? 4 + width / 2 : sizeof(ember::quant::BlockQ4_0);
   Matrix w(rows, std::vector<double>(cols));
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) w[r][c] = weights[r * cols + c];
@@ -130,6 +132,14 @@ std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vecto
         for (size_t m = 0; m < width; ++m) values[m] = float(wp[position[block * width + m]]);
         if (k4) {
           ember::quantize::quantize_q4_k_searched(values.data(), b, 256);
+        } else if (group) {
+          // m = the smallest value, d = (largest - smallest) / 15, both stored as fp16.
+          float lo = values[0], hi = values[0];
+          for (float v : values) lo = std::min(lo, v), hi = std::max(hi, v);
+          const uint16_t d = ember::fp32_to_fp16((hi - lo) / 15.0f), m = ember::fp32_to_fp16(lo);
+          std::memcpy(b, &d, 2);
+          std::memcpy(b + 2, &m, 2);
+          std::memset(b + 4, 0, width / 2);
         } else {
           auto& q = *reinterpret_cast<ember::quant::BlockQ4_0*>(b);
           float amax = 0, max = 0;
@@ -159,6 +169,20 @@ std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vecto
         }
         volatile float product = step * float(code);   // a reader's two roundings, no fused multiply-add
         dequantized = double(product - offset);
+      } else if (group) {
+        uint16_t d16, m16;
+        std::memcpy(&d16, b, 2);
+        std::memcpy(&m16, b + 2, 2);
+        const float d = ember::fp16_to_fp32(d16), m = ember::fp16_to_fp32(m16);
+        int code = 0;
+        if (d != 0) {
+          code = int(std::nearbyint((x - m) / d));
+          code = code < 0 ? 0 : code > 15 ? 15 : code;
+        }
+        auto* codes = reinterpret_cast<uint8_t*>(b + 4);
+        codes[16 * (i / 32) + i % 16] |= uint8_t(i % 32 < 16 ? code : code << 4);
+        volatile float product = d * float(code);
+        dequantized = double(product + m);
       } else {
         auto& q = *reinterpret_cast<ember::quant::BlockQ4_0*>(b);
         const float t = x * inv_d[block] + 8.5f;
@@ -292,6 +316,25 @@ TEST_CASE("GPTQ Q4_K bytes equal the scalar reference's, with and without act-or
   }
 }
 
+TEST_CASE("GPTQ Q4_G128 and Q4_G64 bytes equal the scalar reference's, with and without act-order",
+          "[quantize][gptq]") {
+  std::mt19937 rng(2468);
+  const size_t rows = 7, cols = 384;   // three groups of 128, six of 64
+  const Synthetic s = synthetic_inputs(600, cols, rng, 100);   // column 100 is dead
+  const std::vector<float> w = random_weights(rows, cols, rng);
+  for (DType type : {DType::q4_g128, DType::q4_g64})
+    for (bool act_order : {false, true}) {
+      INFO(ember::quant::type_name(type) << " act_order " << act_order);
+      const std::vector<std::byte> expected = reference_gptq(type, w, rows, cols, s.h, 0.01, act_order);
+      for (int64_t block_columns : {32, 96, 128, 384}) {
+        INFO("block_columns " << block_columns);
+        CHECK(run_gptq(type, w, rows, cols, s.h, {.damp = 0.01, .block_columns = block_columns, .act_order = act_order}) ==
+              expected);
+      }
+      CHECK(run_rtn(type, w, rows, cols) != expected);
+    }
+}
+
 TEST_CASE("GPTQ with a diagonal Hessian is round-to-nearest, byte for byte", "[quantize][gptq]") {
   // No error reaches another column, so each block's grid and codes are those of the
   // values as given: llama-quantize's rounding, whatever the order.
@@ -301,7 +344,7 @@ TEST_CASE("GPTQ with a diagonal Hessian is round-to-nearest, byte for byte", "[q
   Matrix h(cols, std::vector<double>(cols, 0.0));
   std::uniform_real_distribution<double> diag(0.1, 10.0);
   for (size_t i = 0; i < cols; ++i) h[i][i] = diag(rng);
-  for (DType type : {DType::q4_0, DType::q4_k})
+  for (DType type : {DType::q4_0, DType::q4_k, DType::q4_g128, DType::q4_g64})
     for (bool act_order : {false, true}) {
       INFO(ember::quant::type_name(type) << " act_order " << act_order);
       CHECK(run_gptq(type, w, rows, cols, h, {.act_order = act_order}) == run_rtn(type, w, rows, cols));
@@ -314,7 +357,7 @@ TEST_CASE("GPTQ's output error on the calibration inputs is below round-to-neare
     size_t cols;
     double ratio;   // the most GPTQ's error may be, as a share of round-to-nearest's
   };
-  for (const Case c : {Case{DType::q4_0, 128, 0.7}, Case{DType::q4_k, 512, 0.7}})
+  for (const Case c : {Case{DType::q4_0, 128, 0.7}, Case{DType::q4_k, 512, 0.7}, Case{DType::q4_g128, 256, 0.7}})
     for (bool act_order : {false, true}) {
       INFO(ember::quant::type_name(c.type) << " act_order " << act_order);
       std::mt19937 rng(99);
@@ -339,7 +382,7 @@ TEST_CASE("GPTQ rejects bad sizes, types, options and values", "[quantize][gptq]
   expect_error([&] { gptq_quantize(DType::q4_k, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::invalid_argument,
                "multiple of 256");
   expect_error([&] { gptq_quantize(DType::q5_k, w.data(), 2, 256, h.data(), out.data()); }, ErrorCode::unsupported,
-               "writes Q4_0 and Q4_K, not Q5_K");
+               "writes Q4_0, Q4_K, Q4_G128 and Q4_G64, not Q5_K");
   expect_error([&] { gptq_quantize(DType::q8_0, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::unsupported,
                "not Q8_0");
   expect_error([&] { gptq_quantize(DType::q4_0, w.data(), 2, 64, h.data(), out.data(), {.damp = 0}); },
@@ -512,7 +555,7 @@ TEST_CASE("quantize --method gptq: bad input is a typed error and leaves no outp
   SECTION("a type GPTQ does not write") {
     ember::QuantizeOptions options = gptq_options(dir / "calib.txt", 4, 64);
     options.recipe = ember::QuantRecipe::q5_k_m;
-    expect_error([&] { run(options); }, ErrorCode::unsupported, "(recipes Q4_0, Q4_K, Q4_K_M), not Q5_K_M");
+    expect_error([&] { run(options); }, ErrorCode::unsupported, "Q4_G64), not Q5_K_M");
     options.recipe = ember::QuantRecipe::q8_0;
     expect_error([&] { run(options); }, ErrorCode::unsupported, "not Q8_0");
   }

@@ -16,7 +16,9 @@
 #include "common/catch.hpp"
 #include "common/expect_error.hpp"
 #include "common/paths.hpp"
+#include "ember/model.hpp"
 #include "ember/quantize.hpp"
+#include "ember/session.hpp"
 #include "gguf/gguf.hpp"
 #include "quant/quant.hpp"
 #include "quantize/type_rules.hpp"
@@ -265,6 +267,53 @@ TEST_CASE("the searched K quantizers are more accurate than lib/quant's nearest 
     INFO(ember::quant::type_name(type));
     CHECK(error(type, true) < 0.97 * error(type, false));
   }
+}
+
+TEST_CASE("Q4_G128 and Q4_G64 files load and run close to the source", "[quantize]") {
+  // ember's own INT4 groups, round to nearest: every projection in the group type (the
+  // golden model's rows of 256 and 768 values hold whole groups), the tied embedding
+  // in Q6_K; the model's logits stay near the F16 source's, as Q4_0's do.
+  using ember::quant::DType;
+  EMBER_SKIP_IF_MISSING(llama_f16());
+  const fs::path dir = scratch("groups");
+  const std::vector<int32_t> tokens = {1, 17, 250, 31, 400, 5, 77, 128, 9, 300, 44, 2, 61, 199, 86, 3};
+  auto logits_of = [&](const fs::path& path) {
+    const auto model = ember::Model::load(path.string(), {.threads = 1});
+    return model->new_session()->evaluate(tokens);
+  };
+  auto rms_error = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double e2 = 0, s2 = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      e2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      s2 += double(want[i]) * want[i];
+    }
+    return std::sqrt(e2 / s2);
+  };
+  const std::vector<float> source = logits_of(llama_f16());
+  REQUIRE(source.size() == tokens.size() * 512);
+  quantize(llama_f16(), dir / "q4_0.gguf", QuantRecipe::q4_0);
+  const double q4_0_error = rms_error(logits_of(dir / "q4_0.gguf"), source);
+  for (const auto [recipe, type] : {std::pair{QuantRecipe::q4_g128, DType::q4_g128}, std::pair{QuantRecipe::q4_g64, DType::q4_g64}}) {
+    INFO(ember::to_string(recipe));
+    const fs::path out = dir / (std::string(ember::to_string(recipe)) + ".gguf");
+    const ember::QuantizeReport report = quantize(llama_f16(), out, recipe);
+    CHECK(report.file_type == (type == DType::q4_g128 ? 1100u : 1101u));
+    const ember::gguf::File file = ember::gguf::File::open(out);
+    int64_t grouped = 0;
+    for (const ember::gguf::TensorInfo& t : file.tensors()) {
+      INFO(t.name);
+      if (t.name.find("blk.") == 0 && t.shape.size() == 2) {
+        CHECK(t.type == type);
+        ++grouped;
+      }
+    }
+    CHECK(grouped == 4 * 7);
+    const double error = rms_error(logits_of(out), source);
+    INFO("relative rms logit error " << error << ", Q4_0's " << q4_0_error);
+    CHECK(error > 0.0);
+    CHECK(error < 1.5 * q4_0_error);
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("the report, metadata and progress of a quantized file", "[quantize]") {

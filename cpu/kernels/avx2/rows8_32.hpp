@@ -6,7 +6,9 @@
 //
 // C (the format): kBlockBytes, kCodes (offset of the 16 nibble bytes), kBits (4 or 5),
 // kMin (x = d * q + m with Q8_1 activations; else x = d * (q - kOffset) with Q8_0),
-// kOffset, and for 5 bits kHigh (offset of the 4 qh bytes).
+// kOffset, and for 5 bits kHigh (offset of the 4 qh bytes). Optional kSub: a block
+// of kSub * 32 values sharing one d (and m), its codes kSub runs of 16 bytes from
+// kCodes (Q4_G128, Q4_G64); 1 where absent.
 #pragma once
 
 #include <vector>
@@ -16,6 +18,13 @@
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
+
+// 32-value sub-blocks per block of format C.
+template <class C>
+constexpr int64_t kSubBlocks = [] {
+  if constexpr (requires { C::kSub; }) return int64_t(C::kSub);
+  return int64_t(1);
+}();
 
 // Codes of one block of 8 rows: q[k] lane r = values 4k .. 4k + 3 of row r (k < 4) and
 // 16 + 4 (k - 4) .. (k >= 4), the order of the activation block's dwords; from the
@@ -40,11 +49,12 @@ inline void expand_codes_rows8(const __m256i bytes[4], __m256i h, __m256i q[8]) 
   }
 }
 
-// The codes of one block of 8 rows in the file's layout (rows `stride` bytes apart).
+// The codes of sub-block j of one block of 8 rows in the file's layout (rows `stride`
+// bytes apart).
 template <class C>
-inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]) {
+inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8], int64_t j = 0) {
   __m256i bytes[4];
-  load_transposed8_half(block + C::kCodes, stride, bytes);
+  load_transposed8_half(block + C::kCodes + 16 * size_t(j), stride, bytes);
   __m256i h = _mm256_setzero_si256();
   if constexpr (C::kBits == 5) {
     alignas(32) uint32_t qh[8];
@@ -59,15 +69,15 @@ template <class C>
 struct Rows8Record {
   static constexpr size_t kD = 0, kM = 16, kQh = C::kMin ? 32 : 16, kCodes = kQh + (C::kBits == 5 ? 32 : 0);
   static constexpr size_t kBytes = 8 * C::kBlockBytes;
-  static_assert(kCodes + 128 == kBytes, "a record holds exactly the 8 blocks' bytes");
+  static_assert(kCodes + 128 * kSubBlocks<C> == kBytes, "a record holds exactly the 8 blocks' bytes");
 };
 
-// The codes of one record of the rows8 layout.
+// The codes of sub-block j of one record of the rows8 layout.
 template <class C>
-inline void load_codes_record(const std::byte* rec, __m256i q[8]) {
+inline void load_codes_record(const std::byte* rec, __m256i q[8], int64_t j = 0) {
   using R = Rows8Record<C>;
-  const __m256i bytes[4] = {load256(rec + R::kCodes), load256(rec + R::kCodes + 32), load256(rec + R::kCodes + 64),
-                            load256(rec + R::kCodes + 96)};
+  const std::byte* c = rec + R::kCodes + 128 * size_t(j);
+  const __m256i bytes[4] = {load256(c), load256(c + 32), load256(c + 64), load256(c + 96)};
   expand_codes_rows8<C>(bytes, C::kBits == 5 ? load256(rec + R::kQh) : _mm256_setzero_si256(), q);
 }
 
@@ -103,16 +113,17 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
     alignas(32) float acc[kRows8Tokens][8];
     for (int t = 0; t < nt; ++t) _mm256_store_ps(acc[t], _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
+      const int64_t block = b / kSubBlocks<C>, j = b % kSubBlocks<C>;
       __m256i q[8];
       __m256 d, m = _mm256_setzero_ps();
       if constexpr (kRepacked) {
-        const std::byte* rec = w + size_t(b) * R::kBytes;
-        load_codes_record<C>(rec, q);
+        const std::byte* rec = w + size_t(block) * R::kBytes;
+        load_codes_record<C>(rec, q, j);
         d = _mm256_cvtph_ps(load128(rec + R::kD));
         if constexpr (C::kMin) m = _mm256_cvtph_ps(load128(rec + R::kM));
       } else {
-        const std::byte* wb = w + size_t(b) * C::kBlockBytes;
-        load_codes_rows8<C>(wb, w_row_bytes, q);
+        const std::byte* wb = w + size_t(block) * C::kBlockBytes;
+        load_codes_rows8<C>(wb, w_row_bytes, q, j);
         d = load_fp16_rows8(wb, w_row_bytes);
         if constexpr (C::kMin) m = load_fp16_rows8(wb + 2, w_row_bytes);
       }
@@ -164,12 +175,14 @@ inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int
   constexpr size_t kActCodes = C::kMin ? 4 : 2;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* rec = w + size_t(b) * R::kBytes;
+    const int64_t j = b % kSubBlocks<C>;
+    const std::byte* rec = w + size_t(b / kSubBlocks<C>) * R::kBytes;
     const std::byte* ab = a + size_t(b) * kActBlock;
     // A record spans 2-4 cache lines; the prefetchers alone fall behind one stream.
-    for (size_t off = 0; off < R::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
+    if (j == 0)
+      for (size_t off = 0; off < R::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
     __m256i q[8];
-    load_codes_record<C>(rec, q);
+    load_codes_record<C>(rec, q, j);
     const __m256i s = block_dot_rows8<C>(C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), q,
                                          ab + kActCodes);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_cvtph_ps(load128(rec + R::kD)),

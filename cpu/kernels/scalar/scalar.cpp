@@ -21,33 +21,34 @@ void dot_tile(const void* weights, size_t w_row_bytes, int n_w, const void* acti
 
 void copy_f32(const float* x, void* dst, int64_t n) { std::memcpy(dst, x, size_t(n) * sizeof(float)); }
 
+// The activation quantizer of each companion type.
+constexpr void (*activation_quantizer(quant::DType a))(const float*, void*, int64_t) {
+  switch (a) {
+    case quant::DType::q8_0: return quant::ref::quantize_q8_0;
+    case quant::DType::q8_1: return quant::ref::quantize_q8_1;
+    case quant::DType::q8_k: return quant::ref::quantize_q8_k;
+    default: return copy_f32;
+  }
+}
+
+// Types whose reference sums the tokens of whole groups in another order (kernels.hpp).
+using TileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
+template <quant::DType>
+constexpr TileFn kGrouped = nullptr;
+template <>
+constexpr TileFn kGrouped<quant::DType::q4_k> = dot_tile<quant::ref::dot_q4_k_grouped>;
+
 }  // namespace
 
 using quant::DType;
 namespace ref = quant::ref;
 
-extern const WeightKernels kF32 = {DType::f32, DType::f32, copy_f32, ref::dot_f32, dot_tile<ref::dot_f32>,
-                                   ref::dequantize_f32, 1, 1, {}};
-extern const WeightKernels kF16 = {DType::f16, DType::f32, copy_f32, ref::dot_f16, dot_tile<ref::dot_f16>,
-                                   ref::dequantize_f16, 1, 1, {}};
-extern const WeightKernels kBF16 = {DType::bf16, DType::f32, copy_f32, ref::dot_bf16, dot_tile<ref::dot_bf16>,
-                                    ref::dequantize_bf16, 1, 1, {}};
-extern const WeightKernels kQ8_0 = {DType::q8_0, DType::q8_0, ref::quantize_q8_0, ref::dot_q8_0,
-                                    dot_tile<ref::dot_q8_0>, ref::dequantize_q8_0, 1, 1, {}};
-extern const WeightKernels kQ4_0 = {DType::q4_0, DType::q8_0, ref::quantize_q8_0, ref::dot_q4_0,
-                                    dot_tile<ref::dot_q4_0>, ref::dequantize_q4_0, 1, 1, {}};
-extern const WeightKernels kQ4_1 = {DType::q4_1, DType::q8_1, ref::quantize_q8_1, ref::dot_q4_1,
-                                    dot_tile<ref::dot_q4_1>, ref::dequantize_q4_1, 1, 1, {}};
-extern const WeightKernels kQ5_0 = {DType::q5_0, DType::q8_0, ref::quantize_q8_0, ref::dot_q5_0,
-                                    dot_tile<ref::dot_q5_0>, ref::dequantize_q5_0, 1, 1, {}};
-extern const WeightKernels kQ5_1 = {DType::q5_1, DType::q8_1, ref::quantize_q8_1, ref::dot_q5_1,
-                                    dot_tile<ref::dot_q5_1>, ref::dequantize_q5_1, 1, 1, {}};
-extern const WeightKernels kQ4_K = {DType::q4_k, DType::q8_k, ref::quantize_q8_k, ref::dot_q4_k,
-                                    dot_tile<ref::dot_q4_k>, ref::dequantize_q4_k, 1, 1, {},
-                                    dot_tile<ref::dot_q4_k_grouped>};
-extern const WeightKernels kQ5_K = {DType::q5_k, DType::q8_k, ref::quantize_q8_k, ref::dot_q5_k,
-                                    dot_tile<ref::dot_q5_k>, ref::dequantize_q5_k, 1, 1, {}};
-extern const WeightKernels kQ6_K = {DType::q6_k, DType::q8_k, ref::quantize_q8_k, ref::dot_q6_k,
-                                    dot_tile<ref::dot_q6_k>, ref::dequantize_q6_k, 1, 1, {}};
+// One table per registry row (quant/weight_types.hpp): the reference functions.
+#define EMBER_SCALAR_KERNELS(id, NAME, type_id, elems, bytes, activation, ...)                            \
+  extern const WeightKernels k##NAME = {DType::id,        DType::activation,                                \
+                                        activation_quantizer(DType::activation), ref::dot_##id,             \
+                                        dot_tile<ref::dot_##id>, ref::dequantize_##id, 1, 1, {}, kGrouped<DType::id>};
+EMBER_WEIGHT_TYPES(EMBER_SCALAR_KERNELS)
+#undef EMBER_SCALAR_KERNELS
 
 }  // namespace ember::cpu::scalar
