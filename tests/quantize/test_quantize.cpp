@@ -298,6 +298,8 @@ TEST_CASE("Q4_G128 and Q4_G64 files load and run close to the source", "[quantiz
     const fs::path out = dir / (std::string(ember::to_string(recipe)) + ".gguf");
     const ember::QuantizeReport report = quantize(llama_f16(), out, recipe);
     CHECK(report.file_type == (type == DType::q4_g128 ? 1100u : 1101u));
+    REQUIRE(report.warnings.size() == 1);
+    CHECK_THAT(report.warnings[0], Catch::Matchers::Contains("only ember loads this file"));
     const ember::gguf::File file = ember::gguf::File::open(out);
     int64_t grouped = 0;
     for (const ember::gguf::TensorInfo& t : file.tensors()) {
