@@ -83,7 +83,7 @@ double output_error(const Case& c, DType type, const std::vector<float>& s) {
 
 TEST_CASE("AWQ scales cut the output error of inputs with outlier channels", "[quantize][awq]") {
   const Case c = outlier_case();
-  for (DType type : {DType::q4_0, DType::q4_k}) {
+  for (DType type : {DType::q4_0, DType::q4_k, DType::q4_g128}) {
     INFO(ember::quant::type_name(type));
     const ember::quantize::AwqMatrix m{.weights = c.w.data(), .rows = c.rows, .cols = c.cols, .type = type};
     const ember::quantize::AwqChoice choice =
