@@ -15,6 +15,7 @@
 
 #include "cpu/kernels/avx2/rows8.hpp"
 #include "cpu/kernels/tile.hpp"
+#include "cpu/kernels/unroll.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
@@ -174,21 +175,24 @@ inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int
   constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
   constexpr size_t kActCodes = C::kMin ? 4 : 2;
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t j = b % kSubBlocks<C>;
-    const std::byte* rec = w + size_t(b / kSubBlocks<C>) * R::kBytes;
-    const std::byte* ab = a + size_t(b) * kActBlock;
-    // A record spans 2-4 cache lines; the prefetchers alone fall behind one stream.
-    if (j == 0)
-      for (size_t off = 0; off < R::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
-    __m256i q[8];
-    load_codes_record<C>(rec, q, j);
-    const __m256i s = block_dot_rows8<C>(C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), q,
-                                         ab + kActCodes);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_cvtph_ps(load128(rec + R::kD)),
-                                                               _mm256_set1_ps(half_at(ab))),
-                          acc);
-    if constexpr (C::kMin) acc = _mm256_fmadd_ps(_mm256_cvtph_ps(load128(rec + R::kM)), _mm256_set1_ps(half_at(ab + 2)), acc);
+  for (int64_t g = 0; g < nb / kSubBlocks<C>; ++g) {
+    const std::byte* rec = w + size_t(g) * R::kBytes;
+    // A record spans 2-17 cache lines; the prefetchers alone fall behind one stream.
+    for (size_t off = 0; off < R::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
+    // The record's scales (and offsets), once for its sub-blocks.
+    const __m256 d = _mm256_cvtph_ps(load128(rec + R::kD));
+    const __m256 m = C::kMin ? _mm256_cvtph_ps(load128(rec + R::kM)) : _mm256_setzero_ps();
+    unroll<int(kSubBlocks<C>)>([&](auto jc) {
+      constexpr int64_t j = decltype(jc)::value;
+      const int64_t b = g * kSubBlocks<C> + j;
+      const std::byte* ab = a + size_t(b) * kActBlock;
+      __m256i q[8];
+      load_codes_record<C>(rec, q, j);
+      const __m256i s = block_dot_rows8<C>(C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), q,
+                                           ab + kActCodes);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))), acc);
+      if constexpr (C::kMin) acc = _mm256_fmadd_ps(m, _mm256_set1_ps(half_at(ab + 2)), acc);
+    });
   }
   store_rows8(out, acc);
 }
