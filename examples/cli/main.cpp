@@ -88,7 +88,8 @@ speculative decoding (lossless: the same tokens as without it):
   Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures),
-        Q4_G128 Q4_G64 (ember's asymmetric INT4 groups of 128 / 64; only ember loads them)
+        Q4_G128 Q4_G64 (ember's asymmetric INT4 groups of 128 / 64; only ember loads them),
+        Q8_W (ember's W8A8: INT8 per weight row and per token; only ember loads it)
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ

@@ -24,6 +24,8 @@ enum class QuantRecipe {
   q4_k_m, q5_k_m,                 // llama.cpp's mixtures: some attn_v / ffn_down layers in Q6_K
   q4_g128, q4_g64,                // ember's asymmetric INT4 groups (not GGUF types: only ember loads them);
                                   // output / tied embedding as the 32-value recipes
+  q8_w,                           // ember's W8A8: INT8 weights with one scale per row, INT8 activations
+                                  // with one scale per token (only ember loads it); output as above
 };
 
 // "Q4_K_M" and the like; the parse is case-insensitive. nullopt for other names.

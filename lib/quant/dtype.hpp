@@ -42,6 +42,8 @@ enum class DType : uint32_t {
   iq1_m = 29,
   tq1_0 = 34,
   tq2_0 = 35,
+  // ember's per-token INT8 activation format of Q8_W (lib/quant/q8_w.cpp); never in a file.
+  q8_t = 1103,
   // ember's own KV-cache storage types (quant/kv_formats.hpp). They never appear in a
   // GGUF file: type_info_from_id() does not know their ids.
   kv_q8_g32 = 1000,  // INT8, one f16 scale per 32 values

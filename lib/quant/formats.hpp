@@ -24,11 +24,14 @@ namespace ember::quant::ref {
 EMBER_WEIGHT_TYPES(EMBER_REF_DECLARE)
 #undef EMBER_REF_DECLARE
 
-// ---- activation-only formats: Q8_1 (32 values, symmetric, with the fp16 sum), Q8_K ----
+// ---- activation-only formats: Q8_1 (32 values, symmetric, with the fp16 sum), Q8_K, Q8_T ----
 void dequantize_q8_1(const void* src, float* dst, int64_t n);
 void quantize_q8_1(const float* src, void* dst, int64_t n);
 void dequantize_q8_k(const void* src, float* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
+// Q8_T: Q8_0's layout with one scale per call (per token), Q8_W's activations (q8_w.cpp).
+void dequantize_q8_t(const void* src, float* dst, int64_t n);
+void quantize_q8_t(const float* src, void* dst, int64_t n);
 
 // dot_q4_k in the order of llama.cpp's batched kernel (quant/lanes.hpp), which it uses for
 // the tokens of a batch that fall in whole groups of 4 (WeightKernels::dot_tile_grouped).

@@ -28,7 +28,7 @@
 //                scalar): cpu/kernels/dispatch.cpp.
 //
 // Types listed here must have a companion activation type that lib/quant can
-// quantize (F32, Q8_0, Q8_1 or Q8_K).
+// quantize (F32, Q8_0, Q8_1, Q8_K, or Q8_T: one scale per token, lib/quant/q8_w.cpp).
 #pragma once
 
 #define EMBER_WEIGHT_TYPES(X)                 \
@@ -44,7 +44,8 @@
   X(q5_k, Q5_K, 13, 256, 176, q8_k, ALL)       \
   X(q6_k, Q6_K, 14, 256, 210, q8_k, ALL)       \
   X(q4_g128, Q4_G128, 1100, 128, 68, q8_1, AVX2) \
-  X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, AVX2)
+  X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, AVX2)   \
+  X(q8_w, Q8_W, 1102, 32, 34, q8_t, AVX2)
 
 // EMBER_IF_LEVEL(levels, level, x): x where the registry's `levels` column gives
 // `level` (scalar, avx2, avx2vnni, avx512, neon, dotprod, i8mm) a table of its own.

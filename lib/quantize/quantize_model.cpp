@@ -59,6 +59,7 @@ quantize::Recipe to_internal(QuantRecipe r) {
     case QuantRecipe::q5_k_m: return quantize::Recipe::q5_k_m;
     case QuantRecipe::q4_g128: return quantize::Recipe::q4_g128;
     case QuantRecipe::q4_g64: return quantize::Recipe::q4_g64;
+    case QuantRecipe::q8_w: return quantize::Recipe::q8_w;
   }
   fail(ErrorCode::invalid_argument, "quantize: unknown recipe {}", int(r));
 }
@@ -268,7 +269,7 @@ std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
   static constexpr QuantRecipe kAll[] = {QuantRecipe::q8_0, QuantRecipe::q4_0, QuantRecipe::q4_1, QuantRecipe::q5_0,
                                          QuantRecipe::q5_1, QuantRecipe::q4_k, QuantRecipe::q5_k, QuantRecipe::q6_k,
                                          QuantRecipe::q4_k_m, QuantRecipe::q5_k_m, QuantRecipe::q4_g128,
-                                         QuantRecipe::q4_g64};
+                                         QuantRecipe::q4_g64, QuantRecipe::q8_w};
   const quantize::RecipeInfo* info = quantize::find_recipe(name);
   if (!info) return std::nullopt;
   for (QuantRecipe r : kAll)

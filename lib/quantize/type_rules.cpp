@@ -14,7 +14,7 @@ using quant::DType;
 
 // general.file_type values are llama.cpp's llama_ftype. The plain K recipes have no
 // ftype of their own; they are written as the "_S" (mostly that type) codes.
-constexpr std::array<RecipeInfo, 12> kRecipes{{
+constexpr std::array<RecipeInfo, 13> kRecipes{{
     {Recipe::q8_0, "Q8_0", DType::q8_0, 7, false},
     {Recipe::q4_0, "Q4_0", DType::q4_0, 2, false},
     {Recipe::q4_1, "Q4_1", DType::q4_1, 3, false},
@@ -28,6 +28,7 @@ constexpr std::array<RecipeInfo, 12> kRecipes{{
     // ember's own formats: no llama_ftype exists; the file type is the tensor type's id.
     {Recipe::q4_g128, "Q4_G128", DType::q4_g128, 1100, false},
     {Recipe::q4_g64, "Q4_G64", DType::q4_g64, 1101, false},
+    {Recipe::q8_w, "Q8_W", DType::q8_w, 1102, false},
 }};
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }

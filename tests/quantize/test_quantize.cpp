@@ -318,6 +318,42 @@ TEST_CASE("Q4_G128 and Q4_G64 files load and run close to the source", "[quantiz
   fs::remove_all(dir);
 }
 
+TEST_CASE("Q8_W (W8A8) files load and run as close to the source as Q8_0", "[quantize]") {
+  // INT8 weights with one scale per row, activations quantized per token: every
+  // projection in Q8_W; the logits within a small factor of Q8_0's (per-block scales
+  // on both sides) distance to the F16 source.
+  using ember::quant::DType;
+  EMBER_SKIP_IF_MISSING(llama_f16());
+  const fs::path dir = scratch("w8a8");
+  const std::vector<int32_t> tokens = {1, 17, 250, 31, 400, 5, 77, 128, 9, 300, 44, 2, 61, 199, 86, 3};
+  auto logits_of = [&](const fs::path& path) {
+    const auto model = ember::Model::load(path.string(), {.threads = 1});
+    return model->new_session()->evaluate(tokens);
+  };
+  auto rms_error = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double e2 = 0, s2 = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      e2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      s2 += double(want[i]) * want[i];
+    }
+    return std::sqrt(e2 / s2);
+  };
+  const std::vector<float> source = logits_of(llama_f16());
+  quantize(llama_f16(), dir / "q8_0.gguf", QuantRecipe::q8_0);
+  const double q8_0_error = rms_error(logits_of(dir / "q8_0.gguf"), source);
+  const ember::QuantizeReport report = quantize(llama_f16(), dir / "q8_w.gguf", QuantRecipe::q8_w);
+  CHECK(report.file_type == 1102u);
+  const ember::gguf::File file = ember::gguf::File::open(dir / "q8_w.gguf");
+  int64_t w8 = 0;
+  for (const ember::gguf::TensorInfo& t : file.tensors()) w8 += t.name.find("blk.") == 0 && t.type == DType::q8_w;
+  CHECK(w8 == 4 * 7);
+  const double error = rms_error(logits_of(dir / "q8_w.gguf"), source);
+  INFO("relative rms logit error " << error << ", Q8_0's " << q8_0_error);
+  CHECK(error > 0.0);
+  CHECK(error < 3.0 * q8_0_error);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the report, metadata and progress of a quantized file", "[quantize]") {
   EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("report");

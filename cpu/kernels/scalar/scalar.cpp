@@ -27,6 +27,7 @@ constexpr void (*activation_quantizer(quant::DType a))(const float*, void*, int6
     case quant::DType::q8_0: return quant::ref::quantize_q8_0;
     case quant::DType::q8_1: return quant::ref::quantize_q8_1;
     case quant::DType::q8_k: return quant::ref::quantize_q8_k;
+    case quant::DType::q8_t: return quant::ref::quantize_q8_t;
     default: return copy_f32;
   }
 }
