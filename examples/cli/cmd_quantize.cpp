@@ -35,7 +35,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::vector<std::string> flags = {"--type",  "--threads", "--method",     "--calib",    "--samples",
                                           "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
                                           "--max-ppl-rise", "--budget", "--bpw", "--sensitivity", "--gate-step",
-                                          "--gate-rounds"};
+                                          "--gate-rounds", "--smooth-alpha"};
   const std::vector<std::string> switches = {"--pure", "--no-gate", "--act-order"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
@@ -80,11 +80,19 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     options.threads = int(args.get_int("--threads", 1, 1, 1024));
   }
   const std::string method = args.get_or("--method", "rtn");
-  if (method == "gptq" || method == "awq") {
-    options.method = method == "gptq" ? QuantMethod::gptq : QuantMethod::awq;
+  if (method == "gptq" || method == "awq" || method == "smoothquant") {
+    options.method = method == "gptq" ? QuantMethod::gptq : method == "awq" ? QuantMethod::awq : QuantMethod::smoothquant;
+    if (method != "smoothquant" && args.has("--smooth-alpha")) throw UsageError("--smooth-alpha is used by --method smoothquant only");
+    if (args.has("--smooth-alpha")) {
+      const std::string a = args.get("--smooth-alpha");
+      char* e = nullptr;
+      options.smooth_alpha = std::strtod(a.c_str(), &e);
+      if (*e != '\0' || !(options.smooth_alpha >= 0 && options.smooth_alpha <= 1))
+        throw UsageError(fmt::format("--smooth-alpha must be in [0, 1], got '{}'", a));
+    }
     if (!args.has("--calib")) throw UsageError(fmt::format("--method {} needs --calib FILE", method));
-    if (method == "awq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
-    if (method == "awq" && args.has("--act-order")) throw UsageError("--act-order is used by --method gptq only");
+    if (method != "gptq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
+    if (method != "gptq" && args.has("--act-order")) throw UsageError("--act-order is used by --method gptq only");
     options.act_order = args.has("--act-order");
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);
@@ -95,14 +103,16 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     if (*end != '\0' || !(options.damp > 0)) throw UsageError(fmt::format("--damp must be > 0, got '{}'", damp));
     options.on_search = [](const SearchProgress& p) {
       std::fprintf(stderr, "\rember quantize: %s, %lld/%lld",
-                   std::string_view(p.phase) == "mix" ? "sensitivity of tensor" : "AWQ scale search, group",
+                   std::string_view(p.phase) == "mix" ? "sensitivity of tensor" : "AWQ / SmoothQuant scales, group",
                    static_cast<long long>(p.group), static_cast<long long>(p.groups));
       if (p.group == p.groups) std::fprintf(stderr, "\n");
     };
   } else if (method != "rtn") {
-    throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq)", method));
+    throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq, smoothquant)", method));
   } else if (args.has("--act-order")) {
     throw UsageError("--act-order is used by --method gptq only");
+  } else if (args.has("--smooth-alpha")) {
+    throw UsageError("--smooth-alpha is used by --method smoothquant only");
   } else if (args.has("--calib")) {
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);

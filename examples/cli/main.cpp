@@ -96,7 +96,10 @@ speculative decoding (lossless: the same tokens as without it):
                          with calibration Hessians onto standard Q4_0 / Q4_K blocks or ember's
                          groups (TYPE Q4_0, Q4_K, Q4_K_M, Q4_G128, Q4_G64; a mixture's other
                          types stay round-to-nearest);
-                         awq: AWQ's per-channel scales, folded into the norms (any TYPE)
+                         awq: AWQ's per-channel scales, folded into the norms (any TYPE);
+                         smoothquant: SmoothQuant's fixed-alpha scales folded the same way, which
+                         move activation outliers into the weights (for TYPE Q8_W, W8A8)
+  --smooth-alpha A       SmoothQuant's migration strength in [0, 1] (default 0.5)
   --calib FILE           the calibration text (gptq, awq, --budget/--bpw, --sensitivity kl); without
                          --eval its last 10 % (at least one --eval-ctx chunk) is held out for the gate
   --samples N            calibration windows (default 512; fewer when the text is short)

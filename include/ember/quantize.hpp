@@ -39,6 +39,8 @@ enum class QuantMethod {
           // calibration Hessians; recipes Q4_0, Q4_K, Q4_K_M, Q4_G128, Q4_G64
   awq,    // AWQ (Lin et al. 2023): per-channel scales searched on calibration data, folded
           // into the norms / ffn_up rows before the projections; any recipe
+  smoothquant,  // SmoothQuant (Xiao et al. 2023): AWQ's folding with the fixed-alpha scales
+                // a_c^alpha / w_c^(1 - alpha) (smooth_alpha), for W8A8 (recipe Q8_W); any recipe
 };
 
 // Calibration progress: called after each sample, from the calling thread.
@@ -129,6 +131,8 @@ struct QuantizeOptions {
   // GPTQ act-order: columns quantized in order of decreasing H[i][i] (each block's grid
   // chosen when its first column in that order comes up; docs/quantization.md). gptq only.
   bool act_order = false;
+  // SmoothQuant's migration strength alpha in [0, 1] (smoothquant only; the paper's default 0.5).
+  double smooth_alpha = 0.5;
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
   std::function<void(const SearchProgress&)> on_search;            // optional (awq, mix, kl)
   // --sensitivity kl (docs/quantization.md): measured before mixing, for every quantized

@@ -47,6 +47,38 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
   std::vector<std::vector<int64_t>> rows;
   for (const AwqMatrix& m : group) rows.push_back(sample_rows(m.rows, options.search_rows));
 
+  if (options.smooth_alpha >= 0) {
+    require(options.smooth_alpha <= 1, "quantize: the SmoothQuant alpha is {}, must be in [0, 1]", options.smooth_alpha);
+    std::vector<double> wmax(static_cast<size_t>(cols), 0.0);
+    for (const AwqMatrix& m : group)
+      for (int64_t r = 0; r < m.rows; ++r) {
+        const double rs = m.row_scale ? std::fabs(double(m.row_scale[r])) : 1.0;
+        for (int64_t c = 0; c < cols; ++c)
+          wmax[size_t(c)] = std::max(wmax[size_t(c)], rs * std::fabs(double(m.weights[r * cols + c])));
+      }
+    const double wtop = *std::max_element(wmax.begin(), wmax.end());
+    const double atop = *std::max_element(rms.begin(), rms.end());
+    const double wfloor = wtop > 0 ? wtop * 1e-6 : 1.0, afloor = atop > 0 ? atop * 1e-6 : 1.0;
+    const double alpha = options.smooth_alpha;
+    std::vector<double> log_s(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c)
+      log_s[size_t(c)] = alpha * std::log(std::max(rms[size_t(c)], afloor)) -
+                         (1.0 - alpha) * std::log(std::max(wmax[size_t(c)], wfloor));
+    const auto [lo, hi] = std::minmax_element(log_s.begin(), log_s.end());
+    const double mid = 0.5 * (*lo + *hi);   // divided by sqrt(max s * min s)
+    std::vector<float> scales(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) scales[size_t(c)] = float(std::exp(log_s[size_t(c)] - mid));
+    AwqChoice choice;
+    choice.alpha = alpha;
+    choice.scales = std::move(scales);
+    const std::vector<float> ones(size_t(cols), 1.0f);
+    for (size_t g = 0; g < group.size(); ++g) {
+      choice.loss += loss_of.error(group[g], choice.scales, rows[g]);
+      choice.loss_rtn += loss_of.error(group[g], ones, rows[g]);
+    }
+    return choice;
+  }
+
   std::vector<double> losses(size_t(options.grid));
   const int n_threads = std::min(options.threads, options.grid);
   run_parallel(n_threads, [&](int t) {

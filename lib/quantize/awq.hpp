@@ -31,6 +31,12 @@
 namespace ember::quantize {
 
 struct AwqOptions {
+  // >= 0: SmoothQuant (Xiao et al. 2023) instead of the search: the scales are
+  // s_c = a_c^alpha / w_c^(1 - alpha) for this alpha, w_c the largest |weight| of input
+  // channel c over the group's matrices (row scales applied), normalised as above; it
+  // moves the activation outliers of channel c into the weights, for W8A8 (Q8_W), whose
+  // activations are quantized too. a_c is the channel's rms, as for AWQ (the paper: max |x|).
+  double smooth_alpha = -1;
   int grid = 20;                  // alpha in {0, 1/grid, ..., (grid-1)/grid}
   int64_t search_rows = 256;      // rows of each matrix the loss is evaluated on
   int threads = 1;                // candidates are spread over threads

@@ -289,9 +289,13 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
   require(!output.empty(), "quantize: the output path is empty");
   const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
-  const bool gptq = options.method == QuantMethod::gptq, awq = options.method == QuantMethod::awq;
+  const bool gptq = options.method == QuantMethod::gptq, smooth = options.method == QuantMethod::smoothquant;
+  const bool awq = options.method == QuantMethod::awq || smooth;   // SmoothQuant: AWQ's folding, fixed scales
   if (gptq || awq) {
-    const char* method = gptq ? "gptq" : "awq";
+    const char* method = gptq ? "gptq" : smooth ? "smoothquant" : "awq";
+    if (smooth)
+      require(options.smooth_alpha >= 0 && options.smooth_alpha <= 1,
+              "quantize: smooth_alpha is {}, must be in [0, 1]", options.smooth_alpha);
     if (gptq && !quantize::gptq_can_write(recipe.base))
       fail(ErrorCode::unsupported,
            "quantize: --method gptq writes Q4_0, Q4_K, Q4_G128 and Q4_G64 (recipes Q4_0, Q4_K, Q4_K_M, Q4_G128, "
@@ -474,7 +478,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     for (const quantize::MixChoice& c : chosen) sensitivity[c.plan] = c.sensitivity;
   }
   if (awq) {
-    awq_plan = quantize::awq_plan(file, plans, calibration, {.threads = options.threads},
+    awq_plan = quantize::awq_plan(file, plans, calibration,
+                                  {.smooth_alpha = smooth ? options.smooth_alpha : -1.0, .threads = options.threads},
                                   [&](int64_t done, int64_t total) {
                                     if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "awq"});
                                   });
