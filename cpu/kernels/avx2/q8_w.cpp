@@ -51,14 +51,32 @@ struct StepQ8W {
 
 void dequantize(const void* src, float* dst, int64_t n) { quant::ref::dequantize_q8_w(src, dst, n); }
 
+// Q8_T, as quant::ref::quantize_q8_t: one max |x| for the row, codes rounded half to
+// even from x * (127 / max), d = fp16(max / 127) in every block.
+void quantize_q8_t(const float* x, void* dst, int64_t n) {
+  auto* blocks = static_cast<quant::BlockQ8_0*>(dst);
+  __m256 m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + i)));
+  const float amax = hmax(m);
+  const uint16_t d = fp32_to_fp16(amax / 127.0f);
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  for (int64_t b = 0; b < n / quant::kQK; ++b) {
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + b * quant::kQK + 8 * i), id);
+      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    blocks[b].d = d;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs), pack_i8(q[0], q[1], q[2], q[3]));
+  }
+}
+
 constexpr int kTileW = 3, kTileX = 2;
 constexpr DotTileFn kPlain = dot_tile<StepQ8W, kTileW, kTileX>;
 
 }  // namespace
 
-// Activations: the reference per-token quantizer (one pass over a token's row, small
-// next to the row's products with every weight row).
-extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quant::ref::quantize_q8_t,
+extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quantize_q8_t,
                                     dot<StepQ8W>,       kPlain,             dequantize,
                                     kTileW,             kTileX,             {},
                                     nullptr,            {},                 kPlain};
