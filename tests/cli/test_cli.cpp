@@ -344,6 +344,11 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --damp -1", "--damp must be > 0"},
       {"quantize " + in + " " + out + " --type Q4_K --act-order", "--act-order is used by --method gptq only"},
       {"quantize " + in + " " + out + " --type Q4_K --method awq --calib x.txt --act-order", "--act-order is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q8_W --method smoothquant --calib x.txt --smooth-alpha 1.5", "--smooth-alpha must be in [0, 1]"},
+      {"quantize " + in + " " + out + " --type Q8_W --method awq --calib x.txt --smooth-alpha 0.5", "--smooth-alpha is used by --method smoothquant only"},
+      {"quantize " + in + " " + out + " --type Q8_W --smooth-alpha 0.5", "--smooth-alpha is used by --method smoothquant only"},
+      {"quantize " + in + " " + out + " --type Q8_W --method smoothquant --calib x.txt --damp 0.1", "--damp is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q4_G32", "unknown type 'Q4_G32'"},
   };
   for (const auto& [args, message] : usage_errors) {
     INFO("ember " << args);
@@ -365,7 +370,7 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
   const Run gptq_type = run_cli("quantize " + in + " " + out + " --type Q5_K_M --method gptq --calib /etc/hostname");
   CHECK(gptq_type.code == 1);
   CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("error (unsupported)"));
-  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("recipes Q4_0, Q4_K, Q4_K_M), not Q5_K_M"));
+  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("Q4_G64), not Q5_K_M"));
   const Run no_text = run_cli("quantize " + in + " " + out + " --type Q4_0 --method gptq --calib /nonexistent/calib.txt");
   CHECK(no_text.code == 1);
   CHECK_THAT(no_text.out, Catch::Matchers::Contains("error (io)"));
