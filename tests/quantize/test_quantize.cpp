@@ -129,6 +129,23 @@ constexpr Case kCases[] = {
     {"llama-Q6_K", QuantRecipe::q6_k, false},
 };
 
+// The logits of a fixed 16-token input through `path`'s model (one thread).
+std::vector<float> logits_of(const fs::path& path) {
+  static const std::vector<int32_t> kTokens = {1, 17, 250, 31, 400, 5, 77, 128, 9, 300, 44, 2, 61, 199, 86, 3};
+  const auto model = ember::Model::load(path.string(), {.threads = 1});
+  return model->new_session()->evaluate(kTokens);
+}
+
+// ||got - want|| / ||want||.
+double rms_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double e2 = 0, s2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    e2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    s2 += double(want[i]) * want[i];
+  }
+  return std::sqrt(e2 / s2);
+}
+
 }  // namespace
 
 TEST_CASE("quantized tensors are byte-identical to llama-quantize's", "[quantize]") {
@@ -276,21 +293,8 @@ TEST_CASE("Q4_G128 and Q4_G64 files load and run close to the source", "[quantiz
   using ember::quant::DType;
   EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("groups");
-  const std::vector<int32_t> tokens = {1, 17, 250, 31, 400, 5, 77, 128, 9, 300, 44, 2, 61, 199, 86, 3};
-  auto logits_of = [&](const fs::path& path) {
-    const auto model = ember::Model::load(path.string(), {.threads = 1});
-    return model->new_session()->evaluate(tokens);
-  };
-  auto rms_error = [](const std::vector<float>& got, const std::vector<float>& want) {
-    double e2 = 0, s2 = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      e2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      s2 += double(want[i]) * want[i];
-    }
-    return std::sqrt(e2 / s2);
-  };
   const std::vector<float> source = logits_of(llama_f16());
-  REQUIRE(source.size() == tokens.size() * 512);
+  REQUIRE(source.size() == 16 * 512);
   quantize(llama_f16(), dir / "q4_0.gguf", QuantRecipe::q4_0);
   const double q4_0_error = rms_error(logits_of(dir / "q4_0.gguf"), source);
   for (const auto [recipe, type] : {std::pair{QuantRecipe::q4_g128, DType::q4_g128}, std::pair{QuantRecipe::q4_g64, DType::q4_g64}}) {
@@ -325,19 +329,6 @@ TEST_CASE("Q8_W (W8A8) files load and run as close to the source as Q8_0", "[qua
   using ember::quant::DType;
   EMBER_SKIP_IF_MISSING(llama_f16());
   const fs::path dir = scratch("w8a8");
-  const std::vector<int32_t> tokens = {1, 17, 250, 31, 400, 5, 77, 128, 9, 300, 44, 2, 61, 199, 86, 3};
-  auto logits_of = [&](const fs::path& path) {
-    const auto model = ember::Model::load(path.string(), {.threads = 1});
-    return model->new_session()->evaluate(tokens);
-  };
-  auto rms_error = [](const std::vector<float>& got, const std::vector<float>& want) {
-    double e2 = 0, s2 = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      e2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      s2 += double(want[i]) * want[i];
-    }
-    return std::sqrt(e2 / s2);
-  };
   const std::vector<float> source = logits_of(llama_f16());
   quantize(llama_f16(), dir / "q8_0.gguf", QuantRecipe::q8_0);
   const double q8_0_error = rms_error(logits_of(dir / "q8_0.gguf"), source);

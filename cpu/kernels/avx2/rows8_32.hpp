@@ -65,6 +65,16 @@ inline void load_codes_rows8(const std::byte* block, size_t stride, __m256i q[8]
   expand_codes_rows8<C>(bytes, h, q);
 }
 
+// The offset formats' activation term of one block: the sum of its sub-blocks' Q8_1
+// sums s (in order), at `first` = the block's first activation sub-block. One FMA with
+// the block's m per block, not per sub-block.
+template <class C>
+inline float block_act_sum(const std::byte* first) {
+  float sum = half_at(first + 2);
+  for (int64_t j = 1; j < kSubBlocks<C>; ++j) sum += half_at(first + size_t(j) * sizeof(quant::BlockQ8_1) + 2);
+  return sum;
+}
+
 // Offsets in a record of the rows8 layout (cpu/kernels/repack.hpp): one block of 8 rows.
 template <class C>
 struct Rows8Record {
@@ -135,7 +145,8 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
             ab + kActCodes);
         __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))),
                                    _mm256_load_ps(acc[t]));
-        if constexpr (C::kMin) v = _mm256_fmadd_ps(m, _mm256_set1_ps(half_at(ab + 2)), v);
+        if constexpr (C::kMin)
+          if (j == kSubBlocks<C> - 1) v = _mm256_fmadd_ps(m, _mm256_set1_ps(block_act_sum<C>(ab - j * kActBlock)), v);
         _mm256_store_ps(acc[t], v);
       }
     }
@@ -191,8 +202,9 @@ inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int
       const __m256i s = block_dot_rows8<C>(C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), q,
                                            ab + kActCodes);
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))), acc);
-      if constexpr (C::kMin) acc = _mm256_fmadd_ps(m, _mm256_set1_ps(half_at(ab + 2)), acc);
     });
+    if constexpr (C::kMin)
+      acc = _mm256_fmadd_ps(m, _mm256_set1_ps(block_act_sum<C>(a + size_t(g * kSubBlocks<C>) * kActBlock)), acc);
   }
   store_rows8(out, acc);
 }
