@@ -384,7 +384,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
         "{} of the tensors to quantize are already quantized: they are dequantized and quantized again, which loses "
         "more accuracy than quantizing the original weights",
         requantized));
-  if (static_cast<uint32_t>(recipe.base) >= 1100)   // ember's own types (quant/weight_types.hpp)
+  if (quant::is_ember_weight_type(recipe.base))
     report.warnings.push_back(fmt::format(
         "{} is ember's own tensor type, not a GGUF one: only ember loads this file (llama.cpp rejects it)",
         quant::type_name(recipe.base)));
