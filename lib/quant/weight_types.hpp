@@ -20,6 +20,9 @@
 //   levels       which ISA levels have kernel tables of their own:
 //                  ALL   scalar and every SIMD level (x86: avx2, avx2vnni, avx512;
 //                        ARM64: neon, dotprod, i8mm)
+//                  X86   scalar and the x86 levels (avx2 and avx2vnni from one source in
+//                        kernels/avx2/, avx512 from kernels/avx512/); the ARM64 levels
+//                        run the scalar one
 //                  AVX2  scalar, avx2 and avx2vnni (one source, kernels/avx2/); avx512
 //                        runs avx2's table, the ARM64 levels the scalar one
 //                  REF   scalar only: every level runs the reference arithmetic
@@ -43,9 +46,9 @@
   X(q4_k, Q4_K, 12, 256, 144, q8_k, ALL)       \
   X(q5_k, Q5_K, 13, 256, 176, q8_k, ALL)       \
   X(q6_k, Q6_K, 14, 256, 210, q8_k, ALL)       \
-  X(q4_g128, Q4_G128, 1100, 128, 68, q8_1, AVX2) \
-  X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, AVX2)   \
-  X(q8_w, Q8_W, 1102, 32, 34, q8_t, AVX2)
+  X(q4_g128, Q4_G128, 1100, 128, 68, q8_1, X86)  \
+  X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, X86)    \
+  X(q8_w, Q8_W, 1102, 32, 34, q8_t, X86)
 
 // EMBER_IF_LEVEL(levels, level, x): x where the registry's `levels` column gives
 // `level` (scalar, avx2, avx2vnni, avx512, neon, dotprod, i8mm) a table of its own.
@@ -57,6 +60,13 @@
 #define EMBER_IF_LEVEL_ALL_neon(x) x
 #define EMBER_IF_LEVEL_ALL_dotprod(x) x
 #define EMBER_IF_LEVEL_ALL_i8mm(x) x
+#define EMBER_IF_LEVEL_X86_scalar(x) x
+#define EMBER_IF_LEVEL_X86_avx2(x) x
+#define EMBER_IF_LEVEL_X86_avx2vnni(x) x
+#define EMBER_IF_LEVEL_X86_avx512(x) x
+#define EMBER_IF_LEVEL_X86_neon(x)
+#define EMBER_IF_LEVEL_X86_dotprod(x)
+#define EMBER_IF_LEVEL_X86_i8mm(x)
 #define EMBER_IF_LEVEL_AVX2_scalar(x) x
 #define EMBER_IF_LEVEL_AVX2_avx2(x) x
 #define EMBER_IF_LEVEL_AVX2_avx2vnni(x) x

@@ -52,7 +52,7 @@ void check_golden(const std::string& name) {
   CHECK(a.maxrel <= tol.maxrel);
   CHECK(a.argmax_agree >= tol.argmax);
   if (tol.exact) CHECK(ours == g.logits);
-  // Q4_0 in the rows8 layout (AVX2 levels, repacked at load) sums each row block by
+  // Q4_0 in the rows8 layout (AVX2 and AVX-512 levels, repacked at load) sums each row block by
   // block with one FMA per block, as llama.cpp's repacked Q4_0 does: the same bits.
   if (name == "llama-Q4_0" && cpu::weight_kernels(cpu::best_isa(), quant::DType::q4_0).repacked.dot_tile &&
       !(std::getenv("EMBER_CPU_REPACK") && std::string(std::getenv("EMBER_CPU_REPACK")) == "0"))

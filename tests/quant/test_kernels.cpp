@@ -184,9 +184,9 @@ TEST_CASE("dot_tile agrees with quant::dot_row and writes only its tile", "[kern
 }
 
 TEST_CASE("packed prefill kernels agree with quant::dot_row", "[kernels][packed]") {
-  // Lengths with whole packed steps, remainders (whole and odd block counts), and none.
-  const int n_w = 7, n_x = 5;
-  const size_t out_stride = 9;
+  // Lengths with whole packed steps, remainders (whole and odd block counts), and none;
+  // 7 rows (no whole group of 16 rows) and 37 (two groups and a tail).
+  const int n_x = 5;
   int tested = 0;
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : quant::weight_types()) {
@@ -197,11 +197,15 @@ TEST_CASE("packed prefill kernels agree with quant::dot_row", "[kernels][packed]
       CHECK(k.packed.tile_w >= 1);
       CHECK(k.packed.tile_x >= 1);
       ++tested;
-      const bool k_format = quant::type_info(type).block_elems == 256;
-      const std::vector<int64_t> lengths = k_format ? std::vector<int64_t>{256, 512, 768, 2048 + 256, 4096}
-                                                    : std::vector<int64_t>{32, 96, 512, 1024 + 96, 1024 + 64, 4096};
+      const int64_t block = quant::type_info(type).block_elems;
+      const std::vector<int64_t> lengths =
+          block == 256 ? std::vector<int64_t>{256, 512, 768, 2048 + 256, 4096}
+          : block > 32 ? std::vector<int64_t>{block, 3 * block, 1024 + block, 4096}
+                       : std::vector<int64_t>{32, 96, 512, 1024 + 96, 1024 + 64, 4096};
+      for (const int n_w : {7, 37})
       for (int64_t n : lengths) {
-        INFO(label(isa, type, n));
+        INFO(label(isa, type, n) << " rows " << n_w);
+        const size_t out_stride = size_t(n_w) + 2;
         const size_t w_row = quant::row_bytes(type, n) + 8, p_row = k.packed.row_bytes(n) + 24;
         std::vector<std::byte> w(w_row * n_w), a(quant::row_bytes(k.activation_type, n) * n_x), p(p_row * n_x);
         for (int r = 0; r < n_w; ++r) {

@@ -267,15 +267,16 @@ TEST_CASE("batch-invariant matmul gives every token the bits it gets alone", "[m
   }
 }
 
-// The one-token kernels of the batch-invariant order (AVX-512 rows16_one: contiguous
-// loads, a different integer grouping) must give the bits of the multi-token ones
-// (rows16) for every block count (odd ones end in a lone block), whole 16-row groups and
+// The one-token kernels of the batch-invariant order (AVX-512 rows16_one and rows16_g_one:
+// contiguous loads, a different integer grouping) must give the bits of the multi-token
+// ones (rows16, rows16_g) for every block count (odd ones end in a lone block), whole 16-row groups and
 // tails, and weights at the extremes of their codes.
 TEST_CASE("batch-invariant one-token sums of the 32-value formats equal the batch's", "[matmul][invariant]") {
   ThreadPool pool(2);
   for (Isa isa : ember::cpu::available_isas()) {
-    for (DType type : {DType::q4_0, DType::q5_0, DType::q8_0}) {
-      for (const int64_t n_in : {32, 64, 96, 608, 640, 2080}) {
+    for (DType type : {DType::q4_0, DType::q5_0, DType::q8_0, DType::q8_w, DType::q4_g64, DType::q4_g128}) {
+      for (const int64_t n_in : {32, 64, 96, 128, 384, 608, 640, 2080, 2176}) {
+        if (n_in % quant::type_info(type).block_elems != 0) continue;
         for (const int64_t n_out : {16, 45, 83}) {
           INFO(ember::cpu::isa_name(isa) << " " << quant::type_name(type) << " [" << n_out << ", " << n_in << "]");
           OwnedTensor w = random_weights(type, n_out, n_in, uint32_t(n_in + n_out));

@@ -1,6 +1,7 @@
 // AVX-512 kernels of Q4_0 weights (x = d * (q - 8)) with Q8_0 activations.
 #include "cpu/kernels/avx512/blocks32.hpp"
 #include "cpu/kernels/avx512/rows16.hpp"
+#include "cpu/kernels/avx512/rows8_repacked.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -42,6 +43,13 @@ struct Q4_0One {
   static __m512i pair(const std::byte* b) { return nibbles_split(b + 2, b + kBlockBytes + 2); }
 };
 
+// Weights repacked at load (rows8_repacked.hpp).
+struct Q4_0Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_0);
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 8, kSub = 1;
+};
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q4_0::kBlockBytes)
@@ -60,6 +68,6 @@ constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pac
 
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile<Step, 4, 4>, dequantize, kTileW, kTileX, kRows16Prefill, nullptr,
-                                    kRows16};
+                                    kRows16, nullptr, {dot_tile_rows8_repacked<Q4_0Rows8>, 4}};
 
 }  // namespace ember::cpu::avx512

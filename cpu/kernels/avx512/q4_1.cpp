@@ -1,5 +1,6 @@
 // AVX-512 kernels of Q4_1 weights (x = d * q + m) with Q8_1 activations.
 #include "cpu/kernels/avx512/packed32.hpp"
+#include "cpu/kernels/avx512/rows8_repacked.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -32,6 +33,13 @@ struct Q4_1Group {
 };
 using Packed = PackedStep<Q4_1Group>;
 
+// Weights repacked at load (rows8_repacked.hpp).
+struct Q4_1Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_1);
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0, kSub = 1;
+};
+
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const std::byte*>(src);
   for (int64_t b = 0; b < n / quant::kQK; ++b, p += Q4_1::kBlockBytes)
@@ -47,6 +55,7 @@ constexpr int kTileW = 4, kTileX = 3;
 extern const WeightKernels kQ4_1 = {quant::DType::q4_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
     {packed_row_bytes<quant::BlockQ8_1>, pack_row<quant::BlockQ8_1, 0>,
-     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
+     dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode},
+    nullptr, {}, nullptr, {dot_tile_rows8_repacked<Q4_1Rows8>, 4}};
 
 }  // namespace ember::cpu::avx512

@@ -1,0 +1,113 @@
+// AVX-512 kernels of Q8_W weights with Q8_T activations (W8A8, lib/quant/q8_w.cpp).
+// Q8_W's blocks are Q8_0's layout with the row's one scale in every block, so the
+// 16-row kernels of rows16.hpp take them as they take Q8_0 (codes made unsigned by
+// +128, the activation side subtracting 128 * sum(a)), and, unlike Q8_0, whose default
+// path keeps llama.cpp's eight-lane summation order, Q8_W needs no particular order:
+// rows16 serves every token count, decode (rows16_one) and prefill alike. The
+// per-token step (dot, and the rows past a call's last group of 16) sums a whole
+// row's code products in int32 lanes with 256-bit VNNI and scales once, as the AVX2
+// level does.
+#include "cpu/kernels/avx512/rows16.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::avx512 {
+namespace {
+
+inline __m256i load256(const std::byte* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+struct StepQ8W {
+  static constexpr int kStep = quant::kQK;
+  struct Act {
+    __m256i y;
+    float d;
+  };
+  struct Wt {
+    __m256i q;
+    float d;
+  };
+  struct Acc {
+    __m256i v;
+    float scale;
+  };
+  static Acc zero() { return {_mm256_setzero_si256(), 0.0f}; }
+  static Act load_act(const std::byte* a, int64_t s) {
+    const std::byte* b = a + size_t(s) * sizeof(quant::BlockQ8_0);
+    return {load256(b + 2), _cvtsh_ss(load_u16(b))};
+  }
+  static Wt load_w(const std::byte* w, int64_t s) {
+    const std::byte* b = w + size_t(s) * sizeof(quant::BlockQ8_0);
+    return {load256(b + 2), _cvtsh_ss(load_u16(b))};
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    // |w| * sign(a, w): unsigned times signed, as vpdpbusd wants (no overflow: 4 * 127 * 127 per lane and block).
+    acc.v = _mm256_dpbusd_epi32(acc.v, _mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(a.y, w.q));
+    acc.scale = w.d * a.d;  // the same in every block of the row and token
+  }
+  static float reduce(const Acc& acc) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc.v), _mm256_extracti128_si256(acc.v, 1));
+    const __m128i s2 = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m128i s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, _MM_SHUFFLE(2, 3, 0, 1)));
+    return acc.scale * float(_mm_cvtsi128_si32(s1));
+  }
+  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
+
+void dequantize(const void* src, float* dst, int64_t n) { quant::ref::dequantize_q8_w(src, dst, n); }
+
+// Q8_T, as quant::ref::quantize_q8_t: one max |x| for the row, codes rounded half to
+// even from x * (127 / max), d = fp16(max / 127) in every block.
+void quantize_q8_t(const float* x, void* dst, int64_t n) {
+  auto* blocks = static_cast<quant::BlockQ8_0*>(dst);
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  const float amax = _mm512_reduce_max_ps(m);
+  const uint16_t d = fp32_to_fp16(amax / 127.0f);
+  const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  for (int64_t b = 0; b < n / quant::kQK; ++b) {
+    const float* xb = x + b * quant::kQK;
+    const __m512i q0 =
+        _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), id),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    blocks[b].d = d;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blocks[b].qs), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blocks[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+  }
+}
+
+// rows16's loads: 16 rows' codes gathered a dword per row, made unsigned by +128.
+struct Q8_WRows16 {
+  static constexpr int kOffset = 128;
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
+  static void load(const std::byte* wb, __m512i rows, __m512i q[8], __m512& d) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    for (int k = 0; k < 8; ++k) q[k] = _mm512_xor_si512(_mm512_i32gather_epi32(rows, wb + 2 + 4 * k, 1), flip);
+    d = gather_scales16(wb, rows);
+  }
+};
+
+// rows16_one's loads: two blocks of one row per register, value order.
+struct Q8_WOne {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
+  static constexpr bool kSplit = false;
+  static __m256i one(const std::byte* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(char(0x80))); }
+  static __m512i pair(const std::byte* b) {
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(load256(b + 2)), load256(b + kBlockBytes + 2), 1);
+    return _mm512_xor_si512(both, _mm512_set1_epi8(char(0x80)));
+  }
+};
+
+constexpr int kTileW = 16, kTileX = 2;  // 16: chunks of whole rows16 groups
+constexpr DotTileFn kPlain = dot_tile<StepQ8W, 3, 2>;
+constexpr WeightKernels::Packed kRows16 = rows16_invariant<Q8_WRows16, Q8_WOne, kPlain>();
+constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pack, kRows16.dot_tile, kRows16.tile_w,
+                                                  kRows16.tile_x, false};
+
+}  // namespace
+
+extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quantize_q8_t, dot<StepQ8W>, kPlain,
+                                    dequantize,         kTileW,             kTileX,        kRows16Prefill, nullptr,
+                                    kRows16};
+
+}  // namespace ember::cpu::avx512
