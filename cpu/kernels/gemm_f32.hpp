@@ -11,9 +11,8 @@ namespace ember::cpu {
 constexpr int kSmallRows = 16;
 
 namespace avx512 {
-// Few rows (m <= kSmallRows): gemm_nt needs k % 16 == 0, gemm_nn n % 16 == 0.
-void gemm_nt_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
-                   float alpha);
+// Few rows (m <= kSmallRows), n % 16 == 0. (Scores, gemm_nt, take the AVX2 kernel at
+// this level too: ops/levels/avx512/gemm_f32.cpp.)
 void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc);
 }  // namespace avx512
 

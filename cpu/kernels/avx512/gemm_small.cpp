@@ -4,37 +4,16 @@
 // first, which for so few rows costs as much as the product; these kernels read the
 // tile where it lies.
 //
-// gemm_nt (scores = Q K^T): 16 keys at a time, one 16-lane FMA accumulator per key,
-// then the 16 accumulators are reduced to one vector of 16 scores by a transposing
-// tree of shuffles (15 shuffle-add pairs, instead of a horizontal sum per key).
 // gemm_nn (out = P V): up to 4 rows x 64 columns of accumulators in registers, each
 // value row loaded once and used by the 4 rows.
 
 #include <algorithm>
 
 #include "cpu/kernels/gemm_f32.hpp"
-#include "cpu/kernels/avx512/reduce16.hpp"
 #include "cpu/kernels/x86_intrinsics.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
-
-// 16 keys (rows b[0..15], ldb apart) against one query row; k a multiple of 16.
-inline __m512 dot16(const float* q, const float* b, int ldb, int k) {
-  __m512 acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
-  for (int t = 0; t < k; t += 16) {
-    const __m512 qv = _mm512_loadu_ps(q + t);
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(b + size_t(j) * ldb + t), acc[j]);
-  }
-  return reduce16(acc);
-}
-
-inline float dot1(const float* q, const float* b, int k) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int t = 0; t < k; t += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + t), _mm512_loadu_ps(b + t), acc);
-  return _mm512_reduce_add_ps(acc);
-}
 
 // C[RB rows][64 * NC / 4 ... ]: RB rows of A times B, columns [j0, j0 + 16 * NC).
 template <int RB, int NC>
@@ -62,18 +41,6 @@ inline void nn_rows(int n, int k, const float* a, int lda, const float* b, int l
 }
 
 }  // namespace
-
-void gemm_nt_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
-                   float alpha) {
-  const __m512 scale = _mm512_set1_ps(alpha);
-  int j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int i = 0; i < m; ++i)
-      _mm512_storeu_ps(c + size_t(i) * ldc + j,
-                       _mm512_mul_ps(scale, dot16(a + size_t(i) * lda, b + size_t(j) * ldb, ldb, k)));
-  for (; j < n; ++j)
-    for (int i = 0; i < m; ++i) c[size_t(i) * ldc + j] = alpha * dot1(a + size_t(i) * lda, b + size_t(j) * ldb, k);
-}
 
 void gemm_nn_small(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
   int i = 0;

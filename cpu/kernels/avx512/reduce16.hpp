@@ -1,6 +1,6 @@
 // The vector of 16 horizontal sums of 16 AVX-512 accumulators (lane j = the sum of
 // acc[j]'s lanes), by a transposing tree of 15 shuffle-add pairs instead of a horizontal
-// sum per accumulator. Used by the small f32 GEMMs (gemm_small.cpp) and the fused decode
+// sum per accumulator. Used by the fused decode
 // attention scores (ops/levels/avx512/attention_decode.cpp). Compile with AVX-512 flags.
 #pragma once
 

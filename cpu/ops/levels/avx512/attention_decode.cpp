@@ -15,7 +15,7 @@
 //  - dims across the lanes (large heads, small groups, e.g. Gemma's 256 x 4): 16 keys
 //    are converted into a 16 x head_dim f32 block; each query head takes one 16-lane
 //    accumulator per key, reduced to the vector of 16 scores by a transposing tree of
-//    shuffles (as kernels/avx512/gemm_small.cpp does). The tree costs 45 operations
+//    shuffles (kernels/avx512/reduce16.hpp). The tree costs 45 operations
 //    per head and 16 keys, the transpose 2 x head_dim: this form wins when the
 //    accumulators see many FMAs before their reduction.
 // pv_f16: blocks of kPvRows value rows; per column slice, 16 accumulators (8 heads x
