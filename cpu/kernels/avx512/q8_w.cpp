@@ -3,10 +3,10 @@
 // 16-row kernels of rows16.hpp take them as they take Q8_0 (codes made unsigned by
 // +128, the activation side subtracting 128 * sum(a)), and, unlike Q8_0, whose default
 // path keeps llama.cpp's eight-lane summation order, Q8_W needs no particular order:
-// rows16 serves every token count, decode (rows16_one) and prefill alike. The
-// per-token step (dot, and the rows past a call's last group of 16) sums a whole
-// row's code products in int32 lanes with 256-bit VNNI and scales once, as the AVX2
-// level does.
+// rows16 serves batches. Decode (and dot, and the rows past a call's last group of
+// 16) takes the per-token step below, which sums a whole row's code products in int32
+// lanes and scales once, as the AVX2 level does; rows16_one (rows16's one-token form)
+// serves batch-invariant decode.
 #include "cpu/kernels/avx512/rows16.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
@@ -16,41 +16,57 @@ namespace {
 
 inline __m256i load256(const std::byte* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// Two blocks (64 values) per step, the weight codes made unsigned by +128 for vpdpbusd
+// and the activation side's -128 * (sum of each 4 codes) added per step (computed once
+// per activation step, which decode shares among all rows). The row's int32 lanes then
+// hold its exact integer dot product (at most 88 * 4 * 255 * 127 per lane for rows of
+// 5632 values; no overflow below about a million values), scaled once.
 struct StepQ8W {
-  static constexpr int kStep = quant::kQK;
+  static constexpr int kStep = 2 * quant::kQK;
+  static constexpr size_t kBlock = sizeof(quant::BlockQ8_0);
   struct Act {
-    __m256i y;
+    __m512i y;
+    __m512i bias;
     float d;
   };
   struct Wt {
-    __m256i q;
+    __m512i q;
     float d;
   };
   struct Acc {
-    __m256i v;
+    __m512i v;
     float scale;
   };
-  static Acc zero() { return {_mm256_setzero_si256(), 0.0f}; }
+  static __m512i codes64(const std::byte* b0) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load256(b0 + 2)), load256(b0 + kBlock + 2), 1);
+  }
+  static Acc zero() { return {_mm512_setzero_si512(), 0.0f}; }
   static Act load_act(const std::byte* a, int64_t s) {
-    const std::byte* b = a + size_t(s) * sizeof(quant::BlockQ8_0);
-    return {load256(b + 2), _cvtsh_ss(load_u16(b))};
+    const std::byte* b0 = a + size_t(s) * 2 * kBlock;
+    const __m512i y = codes64(b0);
+    return {y, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum4_i8(y), 7)), _cvtsh_ss(load_u16(b0))};
   }
   static Wt load_w(const std::byte* w, int64_t s) {
-    const std::byte* b = w + size_t(s) * sizeof(quant::BlockQ8_0);
-    return {load256(b + 2), _cvtsh_ss(load_u16(b))};
+    const std::byte* b0 = w + size_t(s) * 2 * kBlock;
+    return {_mm512_xor_si512(codes64(b0), _mm512_set1_epi8(char(0x80))), _cvtsh_ss(load_u16(b0))};
   }
   static void madd(Acc& acc, const Wt& w, const Act& a) {
-    // |w| * sign(a, w): unsigned times signed, as vpdpbusd wants (no overflow: 4 * 127 * 127 per lane and block).
-    acc.v = _mm256_dpbusd_epi32(acc.v, _mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(a.y, w.q));
+    acc.v = _mm512_dpbusd_epi32(_mm512_add_epi32(acc.v, a.bias), w.q, a.y);
     acc.scale = w.d * a.d;  // the same in every block of the row and token
   }
+  // Rounded here, whatever follows: the loops add an odd last block's tail to it in
+  // one place (tile_fixed) and in two (rows_sequential), and a product fused into that
+  // add would give a token other bits alone than in a batch.
   static float reduce(const Acc& acc) {
-    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc.v), _mm256_extracti128_si256(acc.v, 1));
-    const __m128i s2 = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m128i s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, _MM_SHUFFLE(2, 3, 0, 1)));
-    return acc.scale * float(_mm_cvtsi128_si32(s1));
+    float r = acc.scale * float(hsum_i32(acc.v));
+    __asm__("" : "+v"(r));
+    return r;
   }
-  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+  // An odd last block: the reference (its scales are the row's and the token's).
+  static float tail(const std::byte* w, const std::byte* a, int64_t first, int64_t n) {
+    const size_t block = size_t(first / quant::kQK) * kBlock;
+    return quant::ref::dot_q8_w(w + block, a + block, n - first);
+  }
 };
 
 void dequantize(const void* src, float* dst, int64_t n) { quant::ref::dequantize_q8_w(src, dst, n); }
