@@ -31,40 +31,17 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-// Batch-invariant sums (WeightKernels::dot_tile_invariant, the Engine): rows16.hpp,
-// codes made unsigned by +128. 11 vector operations per 16 rows x 32 values and
-// token, against 4 per 2 x 32 in llama.cpp's eight-lane order.
-struct Q8_0Rows16 {
-  static constexpr int kOffset = 128;
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
-  static void load(const std::byte* wb, __m512i rows, __m512i q[8], __m512& d) {
-    const __m512i flip = _mm512_set1_epi8(char(0x80));
-    for (int k = 0; k < 8; ++k) q[k] = _mm512_xor_si512(_mm512_i32gather_epi32(rows, wb + 2 + 4 * k, 1), flip);
-    d = gather_scales16(wb, rows);
-  }
-};
-
-// One token (rows16_one): two blocks of a row per register, contiguous loads.
-struct Q8_0One {
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
-  static constexpr bool kSplit = false;
-  static __m256i one(const std::byte* b) {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_epi8(char(0x80)));
-  }
-  static __m512i pair(const std::byte* b) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kBlockBytes + 2));
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(char(0x80)));
-  }
-};
-
-// 16: chunks of whole rows16 groups, so that the same rows take rows16 whatever the token count.
+// Batch-invariant sums (WeightKernels::invariant_packed, the Engine): rows16 with
+// rows16.hpp's 8-bit loads (Rows16Q8, OneQ8), codes made unsigned by +128. 11 vector
+// operations per 16 rows x 32 values and token, against 4 per 2 x 32 in llama.cpp's
+// eight-lane order. 16: chunks of whole rows16 groups, so that the same rows take
+// rows16 whatever the token count.
 constexpr int kLanesW = 16, kLanesX = 8;
 
 }  // namespace
 
 extern const WeightKernels kQ8_0 = {quant::DType::q8_0, quant::DType::q8_0, quantize_q8_0, dot<StepLanes>,
                                     dot_tile_lanes32<Q8_0Lanes>, dequantize, kLanesW, kLanesX, {}, nullptr,
-                                    rows16_invariant<Q8_0Rows16, Q8_0One, dot_tile_lanes32<Q8_0Lanes>>()};
+                                    rows16_invariant<Rows16Q8, OneQ8, dot_tile_lanes32<Q8_0Lanes>>()};
 
 }  // namespace ember::cpu::avx512

@@ -92,31 +92,10 @@ void quantize_q8_t(const float* x, void* dst, int64_t n) {
   }
 }
 
-// rows16's loads: 16 rows' codes gathered a dword per row, made unsigned by +128.
-struct Q8_WRows16 {
-  static constexpr int kOffset = 128;
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
-  static void load(const std::byte* wb, __m512i rows, __m512i q[8], __m512& d) {
-    const __m512i flip = _mm512_set1_epi8(char(0x80));
-    for (int k = 0; k < 8; ++k) q[k] = _mm512_xor_si512(_mm512_i32gather_epi32(rows, wb + 2 + 4 * k, 1), flip);
-    d = gather_scales16(wb, rows);
-  }
-};
-
-// rows16_one's loads: two blocks of one row per register, value order.
-struct Q8_WOne {
-  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
-  static constexpr bool kSplit = false;
-  static __m256i one(const std::byte* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(char(0x80))); }
-  static __m512i pair(const std::byte* b) {
-    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(load256(b + 2)), load256(b + kBlockBytes + 2), 1);
-    return _mm512_xor_si512(both, _mm512_set1_epi8(char(0x80)));
-  }
-};
-
 constexpr int kTileW = 16, kTileX = 2;  // 16: chunks of whole rows16 groups
 constexpr DotTileFn kPlain = dot_tile<StepQ8W, 3, 2>;
-constexpr WeightKernels::Packed kRows16 = rows16_invariant<Q8_WRows16, Q8_WOne, kPlain>();
+// Q8_0's blocks: rows16.hpp's 8-bit loads.
+constexpr WeightKernels::Packed kRows16 = rows16_invariant<Rows16Q8, OneQ8, kPlain>();
 constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pack, kRows16.dot_tile, kRows16.tile_w,
                                                   kRows16.tile_x, false};
 

@@ -177,6 +177,29 @@ void rows16_one(const std::byte* w, size_t w_row_bytes, const std::byte* a, floa
   _mm512_storeu_ps(out, acc);
 }
 
+// The loads of Q8_0-layout blocks (Q8_0, and Q8_W, whose blocks repeat the row's
+// scale): codes made unsigned by +128. Rows16Q8 for rows16 (a dword of 16 rows per
+// register, gathered), OneQ8 for rows16_one (two blocks of one row, value order).
+struct Rows16Q8 {
+  static constexpr int kOffset = 128;
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
+  static void load(const std::byte* wb, __m512i rows, __m512i q[8], __m512& d) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    for (int k = 0; k < 8; ++k) q[k] = _mm512_xor_si512(_mm512_i32gather_epi32(rows, wb + 2 + 4 * k, 1), flip);
+    d = gather_scales16(wb, rows);
+  }
+};
+struct OneQ8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ8_0);
+  static constexpr bool kSplit = false;
+  static __m256i codes(const std::byte* b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)); }
+  static __m256i one(const std::byte* b) { return _mm256_xor_si256(codes(b), _mm256_set1_epi8(char(0x80))); }
+  static __m512i pair(const std::byte* b) {
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(codes(b)), codes(b + kBlockBytes), 1);
+    return _mm512_xor_si512(both, _mm512_set1_epi8(char(0x80)));
+  }
+};
+
 using DotTileFn = void (*)(const void*, size_t, int, const void*, size_t, int, float*, size_t, int64_t);
 
 // A packed dot_tile over rows as pack_rows16 wrote them (their Q8_0 blocks come first,
