@@ -108,12 +108,7 @@ void rows16_g(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
           const std::byte* row = a + size_t(t0 + t) * a_row_bytes;
           const std::byte* y = row + size_t(b) * kActBlock + 4;
           const auto* d_act = reinterpret_cast<const float*>(row + d_at);
-          __m512i s = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k) {
-            int32_t dw;
-            std::memcpy(&dw, y + 4 * k, 4);
-            s = _mm512_dpbusd_epi32(s, q[k], _mm512_set1_epi32(dw));
-          }
+          const __m512i s = dot_dwords8(_mm512_setzero_si512(), q, y);
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(d_act[b])), acc[t]);
         }
       }

@@ -65,12 +65,7 @@ void rows16(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a
         const std::byte* y = row + size_t(b) * kActBlock + 2;
         const auto* offset = reinterpret_cast<const int32_t*>(row + sums_at);
         const auto* d_act = reinterpret_cast<const float*>(offset + nb);
-        __m512i s = _mm512_set1_epi32(offset[b]);
-        for (int k = 0; k < 8; ++k) {
-          int32_t dw;
-          std::memcpy(&dw, y + 4 * k, 4);
-          s = _mm512_dpbusd_epi32(s, q[k], _mm512_set1_epi32(dw));
-        }
+        const __m512i s = dot_dwords8(_mm512_set1_epi32(offset[b]), q, y);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(d_act[b])), acc[t]);
       }
     }

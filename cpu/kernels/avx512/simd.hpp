@@ -82,6 +82,17 @@ inline __m256i nibbles_32(const std::byte* p) {
 inline __m512i sum4_i8(__m512i y) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), y); }
 
 inline int32_t hsum_i32(__m512i v) { return _mm512_reduce_add_epi32(v); }
+// s + the products of 16 lanes' codes q[k] (unsigned; lane = weight row) with the 8
+// activation dwords at y (each broadcast to every lane), k = 0..7: one 32-value block of
+// 16 rows in the one-lane-per-row kernels (rows16.hpp, q4_g.cpp).
+inline __m512i dot_dwords8(__m512i s, const __m512i q[8], const std::byte* y) {
+  for (int k = 0; k < 8; ++k) {
+    int32_t dw;
+    std::memcpy(&dw, y + 4 * k, 4);
+    s = _mm512_dpbusd_epi32(s, q[k], _mm512_set1_epi32(dw));
+  }
+  return s;
+}
 
 // Byte offsets of 16 consecutive rows (gather indices for one dword of each row).
 inline __m512i row_offsets16(size_t row_bytes) {
