@@ -101,6 +101,11 @@ struct WeightKernels {
     void (*dot_tile)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
                      size_t activation_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) = nullptr;
     int tile_x = 0;  // tokens from which matmul treats a call as prefill (as WeightKernels::tile_x)
+    // Optional: as WeightKernels::dot_tile_grouped, on the rows8 layout (formats whose
+    // reference sums whole groups of tokens in another order: Q4_K).
+    void (*dot_tile_grouped)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
+                             size_t activation_row_bytes, int n_x, float* out, size_t out_stride,
+                             int64_t n) = nullptr;
   } repacked = {};
 };
 

@@ -27,20 +27,47 @@ bool format_of(quant::DType type, Rows8Format& f) {
   }
 }
 
+// Q4_K: one record per super-block of 8 rows (repack.hpp).
+void repack_q4_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows, int64_t nb) {
+  constexpr size_t kBlock = sizeof(quant::BlockQ4_K);
+  const size_t row_bytes = size_t(nb) * kBlock;
+  for (int64_t g = 0; g < rows; g += kLayoutRows8Group) {
+    std::byte* group = dst + size_t(g) * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      std::byte* rec = group + size_t(b) * kLayoutRows8Group * kBlock;
+      for (int r = 0; r < kLayoutRows8Group; ++r) {
+        const std::byte* blk = src + size_t(g + r) * src_stride + size_t(b) * kBlock;
+        std::memcpy(rec + 2 * r, blk + offsetof(quant::BlockQ4_K, d), 2);
+        std::memcpy(rec + 16 + 2 * r, blk + offsetof(quant::BlockQ4_K, dmin), 2);
+        for (int w = 0; w < 3; ++w)
+          std::memcpy(rec + 32 + 32 * w + 4 * r, blk + offsetof(quant::BlockQ4_K, scales) + 4 * w, 4);
+        for (int p = 0; p < 4; ++p)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(rec + 128 + 256 * p + 32 * k + 4 * r, blk + offsetof(quant::BlockQ4_K, qs) + 32 * p + 4 * k, 4);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool rows8_layout_defined(quant::DType type) {
   Rows8Format f;
-  return format_of(type, f);
+  return type == quant::DType::q4_k || format_of(type, f);
 }
 
 void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows,
                   int64_t n) {
-  Rows8Format f;
-  if (!format_of(type, f)) fail(ErrorCode::internal, "repack_rows8: no rows8 layout for {}", quant::type_name(type));
+  Rows8Format f{};
+  if (!rows8_layout_defined(type)) fail(ErrorCode::internal, "repack_rows8: no rows8 layout for {}", quant::type_name(type));
   if (rows % kLayoutRows8Group != 0 || n % quant::type_info(type).block_elems != 0)
     fail(ErrorCode::internal, "repack_rows8: [{}, {}] is not whole groups of 8 rows and whole blocks", rows, n);
   const int64_t nb = n / quant::type_info(type).block_elems;
+  if (type == quant::DType::q4_k) {
+    repack_q4_k(src, src_stride, dst, rows, nb);
+    return;
+  }
+  format_of(type, f);
   const int subs = int(quant::type_info(type).block_elems / quant::kQK);  // 32-value runs of codes per block
   const size_t row_bytes = size_t(nb) * f.block_bytes;
   const size_t m_at = 16, qh_at = f.m_offset >= 0 ? 32 : 16, codes_at = qh_at + (f.qh_offset >= 0 ? 32 : 0);

@@ -1,7 +1,7 @@
 // Load-time weight layouts of the CPU backend (Backend::prepare_weight).
 //
 // The rows8 layout (Tensor::layout == kLayoutRows8) of the 32-value formats with
-// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64): the batched kernels of a level
+// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64), and of Q4_K: the batched kernels of a level
 // (avx2 rows8_32.hpp) transpose the codes of 8 weight rows so that one int32 lane holds
 // one row, and the scales of 8 rows side by side, once per block and call. For
 // prefill the transposition is shared by many tokens; for decode (one token) it costs
@@ -16,6 +16,14 @@
 //   codes[4][8] 4-byte words: codes[k][r] = bytes 4k .. 4k + 3 of row r's 16 nibble bytes
 // Q4_G128 and Q4_G64 (d, m, then 4 or 2 runs of 16 nibble bytes per block) have one
 // such codes[4][8] per run, one after another (128 bytes each).
+//
+// Q4_K (super-blocks of 256 values: d, dmin, 12 bytes of 6-bit scales and mins, 128
+// nibble bytes) has one record of 1152 bytes per super-block of the 8 rows:
+//   d[8], dmin[8]    fp16, row r at 2r (bytes 0 and 16)
+//   s[3][8]          4-byte words: s[w][r] = scale bytes 4w .. 4w + 3 of row r (bytes 32)
+//   codes[4][8][8]   4-byte words: codes[p][k][r] = nibble bytes 32p + 4k .. + 3 of row r
+//                    (bytes 128; p: the pair of sub-blocks 2p and 2p + 1)
+// so that one 256-bit load gives one word of each of the 8 rows.
 // Level-independent (plain byte moves), so every level's kernels can read it.
 #pragma once
 

@@ -129,7 +129,9 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
   const int token_block = decode ? int(n_tok) : std::max(tile_x, kTokenBlock / tile_x * tile_x);
   // Kernels whose reference sums whole groups of tokens in another order (WeightKernels::dot_tile_grouped);
   // not when every token must be summed alike whatever its batch.
-  const auto grouped = packed || repacked || ctx.batch_invariant ? nullptr : kernels.dot_tile_grouped;
+  const auto grouped = packed || ctx.batch_invariant ? nullptr
+                       : repacked                    ? kernels.repacked.dot_tile_grouped
+                                                     : kernels.dot_tile_grouped;
   const int64_t grouped_end = grouped ? n_tok - n_tok % WeightKernels::kGroupTokens : 0;
 
   // Blocks of tokens outermost (Packed::token_block): work item i is token block

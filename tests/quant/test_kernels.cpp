@@ -290,10 +290,13 @@ TEST_CASE("repacked (rows8 layout) kernels agree with quant::dot_row, token by t
       }
     }
   }
-  // The AVX2 levels repack Q4_0, Q4_1 and Q5_1.
+  // The AVX2 levels repack Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64 and Q4_K.
   bool has_avx2 = false;
   for (Isa isa : ember::cpu::available_isas()) has_avx2 |= isa == Isa::avx2;
-  if (has_avx2) CHECK(tested >= 3);
+  if (has_avx2) {
+    CHECK(tested >= 6);
+    CHECK(ember::cpu::weight_kernels(Isa::avx2, DType::q4_k).repacked.dot_tile != nullptr);
+  }
 }
 
 TEST_CASE("repack_rows8 rejects what its layout does not cover", "[kernels][repack]") {
@@ -402,6 +405,25 @@ TEST_CASE("kernels in llama.cpp's summation order are bit-exact with lib/quant",
             for (int t = 0; t < nx; ++t)
               for (int r = 0; r < n_w; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, false);
           }
+        }
+        // Weights repacked at load (Q4_K: rows8 layout): the first 32 rows, one token,
+        // all tokens, and the grouped order.
+        if (k.repacked.dot_tile) {
+          const int n_r = n_w / 8 * 8;
+          std::vector<std::byte> packed(w_row * size_t(n_r));
+          ember::cpu::repack_rows8(type, w.data(), w_row, packed.data(), n_r, n);
+          for (const bool grouped : {false, true}) {
+            const auto fn = grouped ? k.repacked.dot_tile_grouped : k.repacked.dot_tile;
+            if (!fn) continue;
+            for (int nx : {1, 5, n_x}) {
+              if (grouped && nx % 4 != 0) continue;
+              std::fill(out.begin(), out.end(), 0.0f);
+              fn(packed.data(), w_row, n_r, a.data(), a_row, nx, out.data(), out_stride, n);
+              for (int t = 0; t < nx; ++t)
+                for (int r = 0; r < n_r; ++r) mismatches += out[t * out_stride + size_t(r)] != expected(r, t, grouped);
+            }
+          }
+          CHECK((k.repacked.dot_tile_grouped != nullptr) == (type == DType::q4_k));
         }
         CHECK(mismatches == 0);
       }

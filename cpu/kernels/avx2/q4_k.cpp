@@ -84,6 +84,8 @@ constexpr int kTileW = kRows8, kTileX = 4;
 
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile_rows8_k<Q4KRows8, false, kPlain>, dequantize, kTileW, kTileX, {},
-                                    dot_tile_rows8_k<Q4KRows8, true, kGroupedPlain>};
+                                    dot_tile_rows8_k<Q4KRows8, true, kGroupedPlain>, {}, nullptr,
+                                    {dot_tile_rows8_k_repacked<Q4KRows8, false>, 4,
+                                     dot_tile_rows8_k_repacked<Q4KRows8, true>}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS

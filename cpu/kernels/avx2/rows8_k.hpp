@@ -14,6 +14,8 @@
 
 #include "cpu/kernels/avx2/blocks256.hpp"
 #include "cpu/kernels/avx2/rows8.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "cpu/kernels/unroll.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
@@ -31,9 +33,67 @@ inline __m256i sub_block_rows8(const __m256i q[8], const std::byte* a, const int
                           _mm256_madd_epi16(maddubs_sum<4>(q + 4, a + 16), scale));
 }
 
-template <class C, bool kGrouped>
+// Offsets in a Q4_K record of the rows8 layout (cpu/kernels/repack.hpp): one
+// super-block of 8 rows.
+struct RecordQ4K {
+  static constexpr size_t kD = 0, kDmin = 16, kScales = 32, kCodes = 128, kBytes = 8 * sizeof(quant::BlockQ4_K);
+};
+
+// Bytes A and B of each dword of v as the int16 pair (byte A, byte B) of that dword.
+template <int A, int B>
+inline __m256i bytes_to_words(__m256i v) {
+  constexpr uint32_t pick = uint32_t(A) | 0x8000u | uint32_t(B) << 16 | 0x80000000u, step = 0x00040004u;
+  const __m256i mask = _mm256_setr_epi32(int32_t(pick), int32_t(pick + step), int32_t(pick + 2 * step),
+                                         int32_t(pick + 3 * step), int32_t(pick), int32_t(pick + step),
+                                         int32_t(pick + 2 * step), int32_t(pick + 3 * step));
+  return _mm256_shuffle_epi8(v, mask);
+}
+
+// The 6-bit scales and mins of one Q4_K record, lane r: row r, as sub_block_rows8
+// and rows8_k's min step take them: sc[j] = sc_j (int32 with VNNI, else in both int16
+// halves), mn[p] = the int16 pair (mn_2p, mn_2p+1). Eight rows unpacked at once from
+// the record's three scale words (the 12-byte packing of quant::unpack_k_scales).
+inline void record_scales_q4k(const std::byte* rec, __m256i sc[8], __m256i mn[4]) {
+  const __m256i s0 = load256(rec + RecordQ4K::kScales), s1 = load256(rec + RecordQ4K::kScales + 32);
+  const __m256i s2 = load256(rec + RecordQ4K::kScales + 64);
+  const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
+  // Byte j of each lane: sc_j / mn_j (lo) and sc_{j+4} / mn_{j+4} (hi), j < 4.
+  const __m256i sc_lo = _mm256_and_si256(s0, low6), mn_lo = _mm256_and_si256(s1, low6);
+  const __m256i sc_hi =
+      _mm256_or_si256(_mm256_and_si256(s2, low4), _mm256_and_si256(_mm256_srli_epi32(s0, 2), top2));
+  const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), low4),
+                                        _mm256_and_si256(_mm256_srli_epi32(s1, 2), top2));
+  const auto scale = [](__m256i v, auto jc) {
+    constexpr int j = decltype(jc)::value;
+    // With VNNI byte j alone (bytes_to_words' second index past the lane's dword is
+    // replaced by a zero), else byte j in both halves.
+    if constexpr (kVnni) return _mm256_and_si256(bytes_to_words<j, j>(v), _mm256_set1_epi32(0xffff));
+    return bytes_to_words<j, j>(v);
+  };
+  unroll<4>([&](auto jc) {
+    sc[decltype(jc)::value] = scale(sc_lo, jc);
+    sc[4 + decltype(jc)::value] = scale(sc_hi, jc);
+  });
+  mn[0] = bytes_to_words<0, 1>(mn_lo);
+  mn[1] = bytes_to_words<2, 3>(mn_lo);
+  mn[2] = bytes_to_words<0, 1>(mn_hi);
+  mn[3] = bytes_to_words<2, 3>(mn_hi);
+}
+
+// The token's bsums of sub-block pair p against mn[p]: (bsums[4p] + bsums[4p + 1],
+// bsums[4p + 2] + bsums[4p + 3]) by (mn_2p, mn_2p+1), one vpmaddwd.
+inline __m256i mins_pair(__m256i mn, const int16_t* bs, int p) {
+  const int32_t pair = int32_t(uint16_t(bs[4 * p] + bs[4 * p + 1])) |
+                       int32_t(uint32_t(uint16_t(bs[4 * p + 2] + bs[4 * p + 3])) << 16);
+  return _mm256_madd_epi16(mn, _mm256_set1_epi32(pair));
+}
+
+// 8 weight rows (file layout, rows w_row_bytes apart; or, kRepacked (Q4_K), one group
+// of the rows8 layout) by n_x activation rows.
+template <class C, bool kGrouped, bool kRepacked = false>
 void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
              size_t out_stride, int64_t n) {
+  static_assert(!kRepacked || C::kBits == 4, "the rows8 layout covers Q4_K only");
   using Block = typename C::Block;
   constexpr size_t kBlock = sizeof(Block), kActBlock = sizeof(quant::BlockQ8_K);
   const int64_t nb = n / quant::kQKK;
@@ -46,13 +106,17 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
       _mm256_store_ps(acc_min[t], _mm256_setzero_ps());
     }
     for (int64_t b = 0; b < nb; ++b) {
-      const std::byte* wb = w + size_t(b) * kBlock;
+      const std::byte* wb = w + size_t(b) * (kRepacked ? RecordQ4K::kBytes : kBlock);
       __m256i q[8][8];  // [sub-block][dword], lane r: row r
       __m256i high[8];  // 5 bits: qh bytes 4k .. 4k + 3 of each row
       if constexpr (C::kBits == 5) load_transposed8(wb + offsetof(Block, qh), w_row_bytes, high);
       for (int g = 0; g < 4; ++g) {
         __m256i bytes[8];
-        load_transposed8(wb + offsetof(Block, qs) + 32 * g, w_row_bytes, bytes);
+        if constexpr (kRepacked) {
+          for (int k = 0; k < 8; ++k) bytes[k] = load256(wb + RecordQ4K::kCodes + 256 * g + 32 * k);
+        } else {
+          load_transposed8(wb + offsetof(Block, qs) + 32 * g, w_row_bytes, bytes);
+        }
         for (int k = 0; k < 8; ++k) {
           q[2 * g][k] = _mm256_and_si256(bytes[k], nibble);
           q[2 * g + 1][k] = _mm256_and_si256(_mm256_srli_epi16(bytes[k], 4), nibble);
@@ -69,13 +133,24 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
       }
       // sc[j][r] (in both int16 halves without VNNI); mn[p][r] = (mn[2p], mn[2p + 1]) as int16.
       alignas(32) int32_t sc[8][8], mn[4][8];
-      for (int r = 0; r < 8; ++r) {
-        const KScales8 s = unpack_scales(wb + size_t(r) * w_row_bytes + 4);
-        for (int j = 0; j < 8; ++j) sc[j][r] = int32_t(((s.sc >> (8 * j)) & 0xff) * (kVnni ? 1u : 0x10001u));
-        for (int p = 0; p < 4; ++p)
-          mn[p][r] = int32_t(((s.mn >> (16 * p)) & 0xff) | ((s.mn >> (16 * p + 8)) & 0xff) << 16);
+      __m256 d, dmin;
+      if constexpr (kRepacked) {
+        __m256i vsc[8], vmn[4];
+        record_scales_q4k(wb, vsc, vmn);
+        for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(sc[j]), vsc[j]);
+        for (int p = 0; p < 4; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(mn[p]), vmn[p]);
+        d = _mm256_cvtph_ps(load128(wb + RecordQ4K::kD));
+        dmin = _mm256_cvtph_ps(load128(wb + RecordQ4K::kDmin));
+      } else {
+        for (int r = 0; r < 8; ++r) {
+          const KScales8 s = unpack_scales(wb + size_t(r) * w_row_bytes + 4);
+          for (int j = 0; j < 8; ++j) sc[j][r] = int32_t(((s.sc >> (8 * j)) & 0xff) * (kVnni ? 1u : 0x10001u));
+          for (int p = 0; p < 4; ++p)
+            mn[p][r] = int32_t(((s.mn >> (16 * p)) & 0xff) | ((s.mn >> (16 * p + 8)) & 0xff) << 16);
+        }
+        d = load_fp16_rows8(wb, w_row_bytes);
+        dmin = load_fp16_rows8(wb + 2, w_row_bytes);
       }
-      const __m256 d = load_fp16_rows8(wb, w_row_bytes), dmin = load_fp16_rows8(wb + 2, w_row_bytes);
       for (int t = 0; t < nt; ++t) {
         const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
         const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs);
@@ -87,10 +162,7 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
         for (int p = 0; p < 4; ++p) {
           __m256i s = sub_block_rows8<C::kBits>(q[2 * p], qs + 64 * p, sc[2 * p]);
           s = _mm256_add_epi32(s, sub_block_rows8<C::kBits>(q[2 * p + 1], qs + 64 * p + 32, sc[2 * p + 1]));
-          const int32_t pair = int32_t(uint16_t(bs[4 * p] + bs[4 * p + 1])) |
-                               int32_t(uint32_t(uint16_t(bs[4 * p + 2] + bs[4 * p + 3])) << 16);
-          const __m256i m = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mn[p])),
-                                              _mm256_set1_epi32(pair));
+          const __m256i m = mins_pair(_mm256_load_si256(reinterpret_cast<const __m256i*>(mn[p])), bs, p);
           if constexpr (kGrouped) {
             vacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, vacc);
             vmin = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), ddmin, vmin);
@@ -126,6 +198,58 @@ void dot_tile_rows8_k(const void* weights, size_t w_row_bytes, int n_w, const vo
                          [&](const std::byte* w, float* o) {
                            rows8_k<C, kGrouped>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n);
                          });
+}
+
+// One token against one Q4_K group of the rows8 layout, the accumulators in
+// registers: rows8_k<C, false, true>'s operations for one token in the same order
+// (so bit-identical to a batch's, and to llama.cpp's per-super-block order).
+inline void rows8_q4k_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* rec = w + size_t(b) * RecordQ4K::kBytes;
+    for (size_t off = 0; off < RecordQ4K::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
+    const std::byte* ab = a + size_t(b) * sizeof(quant::BlockQ8_K);
+    const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs);
+    const auto* bs = reinterpret_cast<const int16_t*>(ab + offsetof(quant::BlockQ8_K, bsums));
+    __m256i sc[8], mn[4];
+    record_scales_q4k(rec, sc, mn);
+    __m256i isum = _mm256_setzero_si256(), imin = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {
+      __m256i lo[8], hi[8];
+      for (int k = 0; k < 8; ++k) {
+        const __m256i bytes = load256(rec + RecordQ4K::kCodes + 256 * p + 32 * k);
+        lo[k] = _mm256_and_si256(bytes, nibble);
+        hi[k] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+      }
+      isum = _mm256_add_epi32(isum, _mm256_add_epi32(sub_block_rows8<4>(lo, qs + 64 * p, reinterpret_cast<const int32_t*>(&sc[2 * p])),
+                                                     sub_block_rows8<4>(hi, qs + 64 * p + 32, reinterpret_cast<const int32_t*>(&sc[2 * p + 1]))));
+      imin = _mm256_add_epi32(imin, mins_pair(mn[p], bs, p));
+    }
+    const __m256 da = _mm256_set1_ps(load_f32(ab));
+    const __m256 d = _mm256_cvtph_ps(load128(rec + RecordQ4K::kD)), dmin = _mm256_cvtph_ps(load128(rec + RecordQ4K::kDmin));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, da), acc);
+    acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc_min);
+  }
+  store_rows8(out, _mm256_sub_ps(acc, acc_min));
+}
+
+// WeightKernels::Repacked::dot_tile (kGrouped: its dot_tile_grouped) for Q4_K: whole
+// groups of the rows8 layout, every token count; a token's sums do not depend on the
+// other tokens of the call.
+template <class C, bool kGrouped>
+void dot_tile_rows8_k_repacked(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
+                               size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
+  const auto* w = static_cast<const std::byte*>(weights);
+  const auto* a = static_cast<const std::byte*>(activations);
+  for (int r = 0; r < n_w; r += kRows8) {
+    if (!kGrouped && n_x == 1) {
+      rows8_q4k_one(w + size_t(r) * w_row_bytes, a, out + r, n / quant::kQKK);
+    } else {
+      rows8_k<C, kGrouped, true>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride,
+                                 n);
+    }
+  }
 }
 
 }  // namespace
