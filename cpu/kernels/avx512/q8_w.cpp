@@ -14,7 +14,6 @@
 namespace ember::cpu::avx512 {
 namespace {
 
-inline __m256i load256(const std::byte* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // Two blocks (64 values) per step, the weight codes made unsigned by +128 for vpdpbusd
 // and the activation side's -128 * (sum of each 4 codes) added per step (computed once

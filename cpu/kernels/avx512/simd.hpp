@@ -101,5 +101,8 @@ inline __m512i row_offsets16(size_t row_bytes) {
 }
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
+inline __m256i load256(const std::byte* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i load128(const std::byte* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
 }  // namespace
 }  // namespace ember::cpu::avx512
