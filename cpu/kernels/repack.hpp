@@ -1,9 +1,10 @@
 // Load-time weight layouts of the CPU backend (Backend::prepare_weight).
 //
 // The rows8 layout (Tensor::layout == kLayoutRows8) of the 32-value formats with
-// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64), and of Q4_K: the batched kernels of a level
-// (avx2 rows8_32.hpp) transpose the codes of 8 weight rows so that one int32 lane holds
-// one row, and the scales of 8 rows side by side, once per block and call. For
+// 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64), and of Q4_K
+// (below): the batched kernels of a level (avx2 rows8_32.hpp) transpose the codes of
+// 8 weight rows so that one int32 lane holds one row, and the scales of 8 rows side by
+// side, once per block and call. For
 // prefill the transposition is shared by many tokens; for decode (one token) it costs
 // as much as the dot products, so decode used a row-at-a-time kernel whose float work
 // per block is not shared. Stored transposed once at load, both get the shared form.

@@ -15,7 +15,8 @@
 //    rows stay in L2, each passed over all chunks of weight rows (the matrix is read
 //    once per block; at 2 threads prefill is bound by arithmetic, not by those reads).
 //    Weights the backend repacked at load (Tensor::layout, cpu/kernels/repack.hpp) go
-//    to WeightKernels::repacked for every token count and sum order.
+//    to WeightKernels::repacked for every token count and sum order (and, for Q4_K's
+//    whole groups of 4 tokens unless sums must be batch-invariant, to its grouped tile).
 #include <algorithm>
 #include <atomic>
 #include <new>
