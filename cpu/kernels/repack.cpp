@@ -27,9 +27,12 @@ bool format_of(quant::DType type, Rows8Format& f) {
   }
 }
 
-// Q4_K: one record per super-block of 8 rows (repack.hpp).
-void repack_q4_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows, int64_t nb) {
-  constexpr size_t kBlock = sizeof(quant::BlockQ4_K);
+// Q4_K and Q5_K: one record per super-block of 8 rows (repack.hpp).
+template <class Block>
+void repack_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows, int64_t nb) {
+  constexpr size_t kBlock = sizeof(Block);
+  constexpr bool kHigh = requires(Block b) { b.qh; };
+  constexpr size_t kCodes = kHigh ? 384 : 128;
   const size_t row_bytes = size_t(nb) * kBlock;
   for (int64_t g = 0; g < rows; g += kLayoutRows8Group) {
     std::byte* group = dst + size_t(g) * row_bytes;
@@ -37,13 +40,14 @@ void repack_q4_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_
       std::byte* rec = group + size_t(b) * kLayoutRows8Group * kBlock;
       for (int r = 0; r < kLayoutRows8Group; ++r) {
         const std::byte* blk = src + size_t(g + r) * src_stride + size_t(b) * kBlock;
-        std::memcpy(rec + 2 * r, blk + offsetof(quant::BlockQ4_K, d), 2);
-        std::memcpy(rec + 16 + 2 * r, blk + offsetof(quant::BlockQ4_K, dmin), 2);
-        for (int w = 0; w < 3; ++w)
-          std::memcpy(rec + 32 + 32 * w + 4 * r, blk + offsetof(quant::BlockQ4_K, scales) + 4 * w, 4);
+        std::memcpy(rec + 2 * r, blk + offsetof(Block, d), 2);
+        std::memcpy(rec + 16 + 2 * r, blk + offsetof(Block, dmin), 2);
+        for (int w = 0; w < 3; ++w) std::memcpy(rec + 32 + 32 * w + 4 * r, blk + offsetof(Block, scales) + 4 * w, 4);
+        if constexpr (kHigh)
+          for (int k = 0; k < 8; ++k) std::memcpy(rec + 128 + 32 * k + 4 * r, blk + offsetof(Block, qh) + 4 * k, 4);
         for (int p = 0; p < 4; ++p)
           for (int k = 0; k < 8; ++k)
-            std::memcpy(rec + 128 + 256 * p + 32 * k + 4 * r, blk + offsetof(quant::BlockQ4_K, qs) + 32 * p + 4 * k, 4);
+            std::memcpy(rec + kCodes + 256 * p + 32 * k + 4 * r, blk + offsetof(Block, qs) + 32 * p + 4 * k, 4);
       }
     }
   }
@@ -53,7 +57,7 @@ void repack_q4_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_
 
 bool rows8_layout_defined(quant::DType type) {
   Rows8Format f;
-  return type == quant::DType::q4_k || format_of(type, f);
+  return type == quant::DType::q4_k || type == quant::DType::q5_k || format_of(type, f);
 }
 
 void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows,
@@ -63,10 +67,8 @@ void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, st
   if (rows % kLayoutRows8Group != 0 || n % quant::type_info(type).block_elems != 0)
     fail(ErrorCode::internal, "repack_rows8: [{}, {}] is not whole groups of 8 rows and whole blocks", rows, n);
   const int64_t nb = n / quant::type_info(type).block_elems;
-  if (type == quant::DType::q4_k) {
-    repack_q4_k(src, src_stride, dst, rows, nb);
-    return;
-  }
+  if (type == quant::DType::q4_k) return repack_k<quant::BlockQ4_K>(src, src_stride, dst, rows, nb);
+  if (type == quant::DType::q5_k) return repack_k<quant::BlockQ5_K>(src, src_stride, dst, rows, nb);
   format_of(type, f);
   const int subs = int(quant::type_info(type).block_elems / quant::kQK);  // 32-value runs of codes per block
   const size_t row_bytes = size_t(nb) * f.block_bytes;

@@ -2,7 +2,7 @@
 //
 // The rows8 layout (Tensor::layout == kLayoutRows8) of the 32-value formats with
 // 4-bit codes and a free float order (Q4_0, Q4_1, Q5_1, Q4_G128, Q4_G64), and of Q4_K
-// (below): the batched kernels of a level (avx2 rows8_32.hpp) transpose the codes of
+// and Q5_K (below): the batched kernels of a level (avx2 rows8_32.hpp) transpose the codes of
 // 8 weight rows so that one int32 lane holds one row, and the scales of 8 rows side by
 // side, once per block and call. For
 // prefill the transposition is shared by many tokens; for decode (one token) it costs
@@ -24,7 +24,9 @@
 //   s[3][8]          4-byte words: s[w][r] = scale bytes 4w .. 4w + 3 of row r (bytes 32)
 //   codes[4][8][8]   4-byte words: codes[p][k][r] = nibble bytes 32p + 4k .. + 3 of row r
 //                    (bytes 128; p: the pair of sub-blocks 2p and 2p + 1)
-// so that one 256-bit load gives one word of each of the 8 rows.
+// so that one 256-bit load gives one word of each of the 8 rows. Q5_K (the same, with 32
+// bytes qh of fifth bits before qs) puts qh[8][8] (word k of row r's qh at 128 + 32k + 4r)
+// before the codes, which then start at 384 (1408 bytes per record).
 // Level-independent (plain byte moves), so every level's kernels can read it.
 #pragma once
 

@@ -68,6 +68,6 @@ struct Q5KRows8 {
 
 extern const WeightKernels kQ5_K = {quant::DType::q5_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile_rows8_k<Q5KRows8, false, kPlain>, dequantize, kRows8, 4, {}, nullptr,
-                                    {}, kPlain};
+                                    {}, kPlain, {dot_tile_rows8_k_repacked<Q5KRows8, false>, 4}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS

@@ -33,11 +33,20 @@ inline __m256i sub_block_rows8(const __m256i q[8], const std::byte* a, const int
                           _mm256_madd_epi16(maddubs_sum<4>(q + 4, a + 16), scale));
 }
 
-// Offsets in a Q4_K record of the rows8 layout (cpu/kernels/repack.hpp): one
+// Offsets in a Q4_K / Q5_K record of the rows8 layout (cpu/kernels/repack.hpp): one
 // super-block of 8 rows.
-struct RecordQ4K {
-  static constexpr size_t kD = 0, kDmin = 16, kScales = 32, kCodes = 128, kBytes = 8 * sizeof(quant::BlockQ4_K);
+template <class C>
+struct RecordK {
+  static constexpr size_t kD = 0, kDmin = 16, kScales = 32, kQh = 128, kCodes = C::kBits == 5 ? 384 : 128;
+  static constexpr size_t kBytes = 8 * sizeof(typename C::Block);
 };
+
+// The fifth bits of sub-block j for the codes of one word (lane r: the word's 4 qh bytes
+// of row r), as bit 4 of each byte (16-bit shifts; what crosses bytes is masked off).
+inline __m256i high_bit4(__m256i qh, int j) {
+  const __m256i h = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+  return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
+}
 
 // Bytes A and B of each dword of v as the int16 pair (byte A, byte B) of that dword.
 template <int A, int B>
@@ -49,13 +58,12 @@ inline __m256i bytes_to_words(__m256i v) {
   return _mm256_shuffle_epi8(v, mask);
 }
 
-// The 6-bit scales and mins of one Q4_K record, lane r: row r, as sub_block_rows8
+// The 6-bit scales and mins of one Q4_K / Q5_K record, lane r: row r, as sub_block_rows8
 // and rows8_k's min step take them: sc[j] = sc_j (int32 with VNNI, else in both int16
 // halves), mn[p] = the int16 pair (mn_2p, mn_2p+1). Eight rows unpacked at once from
 // the record's three scale words (the 12-byte packing of quant::unpack_k_scales).
-inline void record_scales_q4k(const std::byte* rec, __m256i sc[8], __m256i mn[4]) {
-  const __m256i s0 = load256(rec + RecordQ4K::kScales), s1 = load256(rec + RecordQ4K::kScales + 32);
-  const __m256i s2 = load256(rec + RecordQ4K::kScales + 64);
+inline void record_scales_k(const std::byte* rec, __m256i sc[8], __m256i mn[4]) {
+  const __m256i s0 = load256(rec + 32), s1 = load256(rec + 64), s2 = load256(rec + 96);
   const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
   // Byte j of each lane: sc_j / mn_j (lo) and sc_{j+4} / mn_{j+4} (hi), j < 4.
   const __m256i sc_lo = _mm256_and_si256(s0, low6), mn_lo = _mm256_and_si256(s1, low6);
@@ -88,16 +96,16 @@ inline __m256i mins_pair(__m256i mn, const int16_t* bs, int p) {
   return _mm256_madd_epi16(mn, _mm256_set1_epi32(pair));
 }
 
-// 8 weight rows (file layout, rows w_row_bytes apart; or, kRepacked (Q4_K), one group
-// of the rows8 layout) by n_x activation rows.
+// 8 weight rows (file layout, rows w_row_bytes apart; or, kRepacked, one group of the
+// rows8 layout) by n_x activation rows.
 template <class C, bool kGrouped, bool kRepacked = false>
 void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
              size_t out_stride, int64_t n) {
-  static_assert(!kRepacked || C::kBits == 4, "the rows8 layout covers Q4_K only");
+  using Rec = RecordK<C>;
   using Block = typename C::Block;
   constexpr size_t kBlock = sizeof(Block), kActBlock = sizeof(quant::BlockQ8_K);
   const int64_t nb = n / quant::kQKK;
-  const __m256i nibble = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
   for (int t0 = 0; t0 < n_x; t0 += kRows8Tokens) {
     const int nt = n_x - t0 < kRows8Tokens ? n_x - t0 : kRows8Tokens;
     alignas(32) float acc[kRows8Tokens][8], acc_min[kRows8Tokens][8];
@@ -106,14 +114,20 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
       _mm256_store_ps(acc_min[t], _mm256_setzero_ps());
     }
     for (int64_t b = 0; b < nb; ++b) {
-      const std::byte* wb = w + size_t(b) * (kRepacked ? RecordQ4K::kBytes : kBlock);
+      const std::byte* wb = w + size_t(b) * (kRepacked ? Rec::kBytes : kBlock);
       __m256i q[8][8];  // [sub-block][dword], lane r: row r
       __m256i high[8];  // 5 bits: qh bytes 4k .. 4k + 3 of each row
-      if constexpr (C::kBits == 5) load_transposed8(wb + offsetof(Block, qh), w_row_bytes, high);
+      if constexpr (C::kBits == 5) {
+        if constexpr (kRepacked) {
+          for (int k = 0; k < 8; ++k) high[k] = load256(wb + Rec::kQh + 32 * k);
+        } else {
+          load_transposed8(wb + offsetof(Block, qh), w_row_bytes, high);
+        }
+      }
       for (int g = 0; g < 4; ++g) {
         __m256i bytes[8];
         if constexpr (kRepacked) {
-          for (int k = 0; k < 8; ++k) bytes[k] = load256(wb + RecordQ4K::kCodes + 256 * g + 32 * k);
+          for (int k = 0; k < 8; ++k) bytes[k] = load256(wb + Rec::kCodes + 256 * g + 32 * k);
         } else {
           load_transposed8(wb + offsetof(Block, qs) + 32 * g, w_row_bytes, bytes);
         }
@@ -121,13 +135,8 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
           q[2 * g][k] = _mm256_and_si256(bytes[k], nibble);
           q[2 * g + 1][k] = _mm256_and_si256(_mm256_srli_epi16(bytes[k], 4), nibble);
           if constexpr (C::kBits == 5) {
-            // Bit j of each qh byte to bit 4 (16-bit shifts; what crosses bytes is masked off).
-            const auto bit_to_4 = [&](int j) {
-              const __m256i h = j <= 4 ? _mm256_slli_epi16(high[k], 4 - j) : _mm256_srli_epi16(high[k], j - 4);
-              return _mm256_and_si256(h, bit4);
-            };
-            q[2 * g][k] = _mm256_or_si256(q[2 * g][k], bit_to_4(2 * g));
-            q[2 * g + 1][k] = _mm256_or_si256(q[2 * g + 1][k], bit_to_4(2 * g + 1));
+            q[2 * g][k] = _mm256_or_si256(q[2 * g][k], high_bit4(high[k], 2 * g));
+            q[2 * g + 1][k] = _mm256_or_si256(q[2 * g + 1][k], high_bit4(high[k], 2 * g + 1));
           }
         }
       }
@@ -136,11 +145,11 @@ void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t 
       __m256 d, dmin;
       if constexpr (kRepacked) {
         __m256i vsc[8], vmn[4];
-        record_scales_q4k(wb, vsc, vmn);
+        record_scales_k(wb, vsc, vmn);
         for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(sc[j]), vsc[j]);
         for (int p = 0; p < 4; ++p) _mm256_store_si256(reinterpret_cast<__m256i*>(mn[p]), vmn[p]);
-        d = _mm256_cvtph_ps(load128(wb + RecordQ4K::kD));
-        dmin = _mm256_cvtph_ps(load128(wb + RecordQ4K::kDmin));
+        d = _mm256_cvtph_ps(load128(wb + Rec::kD));
+        dmin = _mm256_cvtph_ps(load128(wb + Rec::kDmin));
       } else {
         for (int r = 0; r < 8; ++r) {
           const KScales8 s = unpack_scales(wb + size_t(r) * w_row_bytes + 4);
@@ -200,41 +209,50 @@ void dot_tile_rows8_k(const void* weights, size_t w_row_bytes, int n_w, const vo
                          });
 }
 
-// One token against one Q4_K group of the rows8 layout, the accumulators in
+// One token against one Q4_K / Q5_K group of the rows8 layout, the accumulators in
 // registers: rows8_k<C, false, true>'s operations for one token in the same order
-// (so bit-identical to a batch's, and to llama.cpp's per-super-block order).
-inline void rows8_q4k_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
+// (so bit-identical to a batch's; for Q4_K llama.cpp's per-super-block order).
+template <class C>
+inline void rows8_k_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
+  using Rec = RecordK<C>;
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* rec = w + size_t(b) * RecordQ4K::kBytes;
-    for (size_t off = 0; off < RecordQ4K::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
+    const std::byte* rec = w + size_t(b) * Rec::kBytes;
+    for (size_t off = 0; off < Rec::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
     const std::byte* ab = a + size_t(b) * sizeof(quant::BlockQ8_K);
     const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs);
     const auto* bs = reinterpret_cast<const int16_t*>(ab + offsetof(quant::BlockQ8_K, bsums));
-    __m256i sc[8], mn[4];
-    record_scales_q4k(rec, sc, mn);
+    alignas(32) int32_t sc[8][8];
+    __m256i vsc[8], mn[4];
+    record_scales_k(rec, vsc, mn);
+    for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(sc[j]), vsc[j]);
     __m256i isum = _mm256_setzero_si256(), imin = _mm256_setzero_si256();
     for (int p = 0; p < 4; ++p) {
       __m256i lo[8], hi[8];
       for (int k = 0; k < 8; ++k) {
-        const __m256i bytes = load256(rec + RecordQ4K::kCodes + 256 * p + 32 * k);
+        const __m256i bytes = load256(rec + Rec::kCodes + 256 * p + 32 * k);
         lo[k] = _mm256_and_si256(bytes, nibble);
         hi[k] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        if constexpr (C::kBits == 5) {
+          const __m256i qh = load256(rec + Rec::kQh + 32 * k);
+          lo[k] = _mm256_or_si256(lo[k], high_bit4(qh, 2 * p));
+          hi[k] = _mm256_or_si256(hi[k], high_bit4(qh, 2 * p + 1));
+        }
       }
-      isum = _mm256_add_epi32(isum, _mm256_add_epi32(sub_block_rows8<4>(lo, qs + 64 * p, reinterpret_cast<const int32_t*>(&sc[2 * p])),
-                                                     sub_block_rows8<4>(hi, qs + 64 * p + 32, reinterpret_cast<const int32_t*>(&sc[2 * p + 1]))));
+      isum = _mm256_add_epi32(isum, _mm256_add_epi32(sub_block_rows8<C::kBits>(lo, qs + 64 * p, sc[2 * p]),
+                                                     sub_block_rows8<C::kBits>(hi, qs + 64 * p + 32, sc[2 * p + 1])));
       imin = _mm256_add_epi32(imin, mins_pair(mn[p], bs, p));
     }
     const __m256 da = _mm256_set1_ps(load_f32(ab));
-    const __m256 d = _mm256_cvtph_ps(load128(rec + RecordQ4K::kD)), dmin = _mm256_cvtph_ps(load128(rec + RecordQ4K::kDmin));
+    const __m256 d = _mm256_cvtph_ps(load128(rec + Rec::kD)), dmin = _mm256_cvtph_ps(load128(rec + Rec::kDmin));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, da), acc);
     acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc_min);
   }
   store_rows8(out, _mm256_sub_ps(acc, acc_min));
 }
 
-// WeightKernels::Repacked::dot_tile (kGrouped: its dot_tile_grouped) for Q4_K: whole
+// WeightKernels::Repacked::dot_tile (kGrouped: Q4_K's dot_tile_grouped): whole
 // groups of the rows8 layout, every token count; a token's sums do not depend on the
 // other tokens of the call.
 template <class C, bool kGrouped>
@@ -244,7 +262,7 @@ void dot_tile_rows8_k_repacked(const void* weights, size_t w_row_bytes, int n_w,
   const auto* a = static_cast<const std::byte*>(activations);
   for (int r = 0; r < n_w; r += kRows8) {
     if (!kGrouped && n_x == 1) {
-      rows8_q4k_one(w + size_t(r) * w_row_bytes, a, out + r, n / quant::kQKK);
+      rows8_k_one<C>(w + size_t(r) * w_row_bytes, a, out + r, n / quant::kQKK);
     } else {
       rows8_k<C, kGrouped, true>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride,
                                  n);
