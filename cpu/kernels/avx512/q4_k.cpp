@@ -3,7 +3,7 @@
 // whole groups of 4 tokens (dot_tile_grouped).
 #include "cpu/kernels/avx512/lanes.hpp"
 #include "cpu/kernels/avx512/blocks256.hpp"
-#include "cpu/kernels/avx512/rows8_repacked.hpp"
+#include "cpu/kernels/avx512/rows8_k_repacked.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -175,183 +175,6 @@ void dot_tile_grouped(const void* weights, size_t w_row_bytes, int n_w, const vo
                                               out + r, out_stride, n);
 }
 
-// ---- Weights repacked at load (the rows8 layout of Q4_K, cpu/kernels/repack.hpp) ----
-// One record per super-block of 8 rows: d[8] and dmin[8] (fp16), each row's three scale
-// words, codes[4][8][8] (word k of the 32 nibble bytes of sub-block pair p, per row).
-// Per output in either order as above, the integer sums exact, so the bits of the
-// file-layout kernels: one token on 256-bit registers (one group of 8 rows, one stream
-// of records), batches two groups per register (rows8_repacked.hpp).
-constexpr size_t kRecD = 0, kRecDmin = 16, kRecScales = 32, kRecCodes = 128, kRecBytes = 8 * sizeof(quant::BlockQ4_K);
-
-// The 6-bit scales and mins of 8 rows (lane r) from their three scale words, as int32:
-// byte j of lo[0] / lo[1] is sc_j / mn_j and of hi[0] / hi[1] sc_{j+4} / mn_{j+4} (j < 4),
-// the packing quant::unpack_k_scales reads, for all rows at once.
-template <class V, class Ops>
-inline void rec_scales(V s0, V s1, V s2, V sc[8], V mn[8]) {
-  const V m6 = Ops::bytes(0x3f), m4 = Ops::bytes(0x0f), m2 = Ops::bytes(0x30), low = Ops::dwords(0xff);
-  const V lo[2] = {Ops::and_(s0, m6), Ops::and_(s1, m6)};
-  const V hi[2] = {Ops::or_(Ops::and_(s2, m4), Ops::and_(Ops::shr(s0, 2), m2)),
-                   Ops::or_(Ops::and_(Ops::shr(s2, 4), m4), Ops::and_(Ops::shr(s1, 2), m2))};
-  sc[0] = Ops::and_(lo[0], low), mn[0] = Ops::and_(lo[1], low);
-  sc[1] = Ops::and_(Ops::shr(lo[0], 8), low), mn[1] = Ops::and_(Ops::shr(lo[1], 8), low);
-  sc[2] = Ops::and_(Ops::shr(lo[0], 16), low), mn[2] = Ops::and_(Ops::shr(lo[1], 16), low);
-  sc[3] = Ops::shr(lo[0], 24), mn[3] = Ops::shr(lo[1], 24);
-  sc[4] = Ops::and_(hi[0], low), mn[4] = Ops::and_(hi[1], low);
-  sc[5] = Ops::and_(Ops::shr(hi[0], 8), low), mn[5] = Ops::and_(Ops::shr(hi[1], 8), low);
-  sc[6] = Ops::and_(Ops::shr(hi[0], 16), low), mn[6] = Ops::and_(Ops::shr(hi[1], 16), low);
-  sc[7] = Ops::shr(hi[0], 24), mn[7] = Ops::shr(hi[1], 24);
-}
-
-struct Ops256 {
-  static __m256i bytes(char v) { return _mm256_set1_epi8(v); }
-  static __m256i dwords(int v) { return _mm256_set1_epi32(v); }
-  static __m256i and_(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
-  static __m256i or_(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
-  static __m256i shr(__m256i a, int k) { return _mm256_srli_epi32(a, k); }
-};
-
-struct Ops512 {
-  static __m512i bytes(char v) { return _mm512_set1_epi8(v); }
-  static __m512i dwords(int v) { return _mm512_set1_epi32(v); }
-  static __m512i and_(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
-  static __m512i or_(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
-  static __m512i shr(__m512i a, int k) { return _mm512_srli_epi32(a, k); }
-};
-
-// One token against one group (8 rows, lane r = row r), the per-super-block order.
-void rec8_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
-  const __m256i nibble = _mm256_set1_epi8(0x0f);
-  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* rec = w + size_t(b) * kRecBytes;
-    for (size_t off = 0; off < kRecBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
-    const std::byte* ab = a + size_t(b) * sizeof(quant::BlockQ8_K);
-    const auto& act = *reinterpret_cast<const quant::BlockQ8_K*>(ab);
-    const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs);
-    __m256i sc[8], mn[8];
-    rec_scales<__m256i, Ops256>(load256(rec + kRecScales), load256(rec + kRecScales + 32),
-                                load256(rec + kRecScales + 64), sc, mn);
-    __m256i isum = _mm256_setzero_si256(), imin = _mm256_setzero_si256();
-    for (int p = 0; p < 4; ++p) {
-      // Four chains: lo and hi sub-blocks, even and odd words.
-      __m256i c[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-      for (int k = 0; k < 8; ++k) {
-        const __m256i v = load256(rec + kRecCodes + 256 * p + 32 * k);
-        c[k % 2] = _mm256_dpbusd_epi32(c[k % 2], _mm256_and_si256(v, nibble),
-                                       _mm256_set1_epi32(int32_t(load_u32(qs + 64 * p + 4 * k))));
-        c[2 + k % 2] = _mm256_dpbusd_epi32(c[2 + k % 2], _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble),
-                                           _mm256_set1_epi32(int32_t(load_u32(qs + 64 * p + 32 + 4 * k))));
-      }
-      isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_mullo_epi32(_mm256_add_epi32(c[0], c[1]), sc[2 * p]),
-                                                     _mm256_mullo_epi32(_mm256_add_epi32(c[2], c[3]), sc[2 * p + 1])));
-      const int32_t bp0 = act.bsums[4 * p] + act.bsums[4 * p + 1], bp1 = act.bsums[4 * p + 2] + act.bsums[4 * p + 3];
-      imin = _mm256_add_epi32(imin, _mm256_add_epi32(_mm256_mullo_epi32(mn[2 * p], _mm256_set1_epi32(bp0)),
-                                                     _mm256_mullo_epi32(mn[2 * p + 1], _mm256_set1_epi32(bp1))));
-    }
-    const __m256 da = _mm256_set1_ps(act.d);
-    const __m256 d = _mm256_cvtph_ps(load128(rec + kRecD)), dmin = _mm256_cvtph_ps(load128(rec + kRecDmin));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, da), acc);
-    acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc_min);
-  }
-  _mm256_storeu_ps(out, _mm256_sub_ps(acc, acc_min));
-}
-
-// n_x tokens against the groups at ra (rows 0-7) and rb (rows 8-15; ra again for a lone
-// group, stored under a mask), in the per-super-block order or (kGrouped) grouped16's.
-template <bool kGrouped>
-void rec16_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, size_t a_row_bytes, int n_x,
-                 float* out, size_t out_stride, int64_t nb) {
-  constexpr int kTokens = 32;
-  constexpr size_t kActBlock = sizeof(quant::BlockQ8_K);
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  for (int t0 = 0; t0 < n_x; t0 += kTokens) {
-    const int nt = n_x - t0 < kTokens ? n_x - t0 : kTokens;
-    alignas(64) float acc[kTokens][16], acc_min[kTokens][16];
-    alignas(64) int32_t isum[kTokens][16], imin[kTokens][16];
-    for (int t = 0; t < nt; ++t) {
-      _mm512_store_ps(acc[t], _mm512_setzero_ps());
-      _mm512_store_ps(acc_min[t], _mm512_setzero_ps());
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-      const std::byte* pa = ra + size_t(b) * kRecBytes;
-      const std::byte* pb = rb + size_t(b) * kRecBytes;
-      __m512i sc[8], mn[8];
-      rec_scales<__m512i, Ops512>(two_halves(pa + kRecScales, pb + kRecScales),
-                                  two_halves(pa + kRecScales + 32, pb + kRecScales + 32),
-                                  two_halves(pa + kRecScales + 64, pb + kRecScales + 64), sc, mn);
-      const __m512 vd = halves_fp16(pa + kRecD, pb + kRecD), vdmin = halves_fp16(pa + kRecDmin, pb + kRecDmin);
-      if constexpr (!kGrouped)
-        for (int t = 0; t < nt; ++t) {
-          _mm512_store_si512(isum[t], _mm512_setzero_si512());
-          _mm512_store_si512(imin[t], _mm512_setzero_si512());
-        }
-      for (int p = 0; p < 4; ++p) {
-        __m512i lo[8], hi[8];
-        for (int k = 0; k < 8; ++k) {
-          const size_t off = kRecCodes + 256 * size_t(p) + 32 * size_t(k);
-          const __m512i v = two_halves(pa + off, pb + off);
-          lo[k] = _mm512_and_si512(v, nibble);
-          hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-        }
-        for (int t = 0; t < nt; ++t) {
-          const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
-          const auto& act = *reinterpret_cast<const quant::BlockQ8_K*>(ab);
-          const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs) + 64 * p;
-          __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k) {
-            s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(int32_t(load_u32(qs + 4 * k))));
-            s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(int32_t(load_u32(qs + 32 + 4 * k))));
-          }
-          const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(s0, sc[2 * p]), _mm512_mullo_epi32(s1, sc[2 * p + 1]));
-          const int32_t bp0 = act.bsums[4 * p] + act.bsums[4 * p + 1], bp1 = act.bsums[4 * p + 2] + act.bsums[4 * p + 3];
-          const __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[2 * p], _mm512_set1_epi32(bp0)),
-                                              _mm512_mullo_epi32(mn[2 * p + 1], _mm512_set1_epi32(bp1)));
-          if constexpr (kGrouped) {
-            const __m512 da = _mm512_set1_ps(act.d);
-            _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(vd, da), _mm512_load_ps(acc[t])));
-            _mm512_store_ps(acc_min[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(vdmin, da),
-                                                        _mm512_load_ps(acc_min[t])));
-          } else {
-            _mm512_store_si512(isum[t], _mm512_add_epi32(_mm512_load_si512(isum[t]), is));
-            _mm512_store_si512(imin[t], _mm512_add_epi32(_mm512_load_si512(imin[t]), im));
-          }
-        }
-      }
-      if constexpr (!kGrouped)
-        for (int t = 0; t < nt; ++t) {
-          const __m512 da = _mm512_set1_ps(load_f32(a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock));
-          _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[t])), _mm512_mul_ps(vd, da),
-                                                  _mm512_load_ps(acc[t])));
-          _mm512_store_ps(acc_min[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(imin[t])),
-                                                      _mm512_mul_ps(vdmin, da), _mm512_load_ps(acc_min[t])));
-        }
-    }
-    for (int t = 0; t < nt; ++t)
-      store16(out + size_t(t0 + t) * out_stride, _mm512_sub_ps(_mm512_load_ps(acc[t]), _mm512_load_ps(acc_min[t])),
-              ra != rb);
-  }
-}
-
-// WeightKernels::Repacked::dot_tile (kGrouped: its dot_tile_grouped): whole groups of the
-// rows8 layout, every token count, two groups at a time.
-template <bool kGrouped>
-void dot_tile_repacked(const void* weights, size_t w_row_bytes, int n_w, const void* activations, size_t a_row_bytes,
-                       int n_x, float* out, size_t out_stride, int64_t n) {
-  const auto* w = static_cast<const std::byte*>(weights);
-  const auto* a = static_cast<const std::byte*>(activations);
-  const int64_t nb = n / quant::kQKK;
-  for (int r = 0; r < n_w; r += 16) {
-    const std::byte* ra = w + size_t(r) * w_row_bytes;
-    const std::byte* rb = r + 16 <= n_w ? ra + 8 * w_row_bytes : ra;
-    if (!kGrouped && n_x == 1) {
-      rec8_one(ra, a, out + r, nb);
-      if (rb != ra) rec8_one(rb, a, out + r + 8, nb);
-    } else {
-      rec16_batch<kGrouped>(ra, rb, a, a_row_bytes, n_x, out + r, out_stride, nb);
-    }
-  }
-}
-
 void dequantize(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const quant::BlockQ4_K*>(src);
   for (int64_t b = 0; b < n / quant::kQKK; ++b) {
@@ -369,13 +192,18 @@ void dequantize(const void* src, float* dst, int64_t n) {
   }
 }
 
-constexpr int kLanesW = 16, kLanesX = 4;  // 16: chunks of whole grouped16 row groups
+constexpr int kLanesW = 16, kLanesX = 4;
+
+struct Q4KRec {
+  using Block = quant::BlockQ4_K;
+  static constexpr int kBits = 4;
+};  // 16: chunks of whole grouped16 row groups
 
 }  // namespace
 
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<StepLanesQ4K>,
                                     dot_tile_lanes<StepLanesQ4K, 4, 4>, dequantize, kLanesW, kLanesX, {},
                                     dot_tile_grouped, {}, nullptr,
-                                    {dot_tile_repacked<false>, 4, dot_tile_repacked<true>}};
+                                    {dot_tile_k_repacked<Q4KRec, false>, 4, dot_tile_k_repacked<Q4KRec, true>}};
 
 }  // namespace ember::cpu::avx512

@@ -1,5 +1,6 @@
 // AVX-512 kernels of Q5_K weights with Q8_K activations (see blocks256.hpp).
 #include "cpu/kernels/avx512/packed256.hpp"
+#include "cpu/kernels/avx512/rows8_k_repacked.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -90,10 +91,17 @@ constexpr int kPackedW = 4, kPackedX = 4;
 constexpr bool kPackedDecode = true;
 constexpr int kTileW = 4, kTileX = 3;
 
+// Weights repacked at load: rows8_k_repacked.hpp.
+struct Q5KRec {
+  using Block = quant::BlockQ5_K;
+  static constexpr int kBits = 5;
+};
+
 }  // namespace
 
 extern const WeightKernels kQ5_K = {quant::DType::q5_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile<Step, kTileW, kTileX>, dequantize, kTileW, kTileX,
-    {packed_pair_row_bytes, pack_q8_k_pairs, dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode}};
+    {packed_pair_row_bytes, pack_q8_k_pairs, dot_tile_packed<Packed, Step, kPackedW, kPackedX>, kPackedW, kPackedX, kPackedDecode},
+    nullptr, {}, nullptr, {dot_tile_k_repacked<Q5KRec, false>, 4}};
 
 }  // namespace ember::cpu::avx512
