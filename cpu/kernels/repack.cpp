@@ -32,7 +32,8 @@ template <class Block>
 void repack_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows, int64_t nb) {
   constexpr size_t kBlock = sizeof(Block);
   constexpr bool kHigh = requires(Block b) { b.qh; };
-  constexpr size_t kCodes = kHigh ? 384 : 128;
+  using R = RecordK<kHigh ? 5 : 4>;
+  static_assert(R::kBytes == kLayoutRows8Group * kBlock, "a record holds exactly the 8 blocks' bytes");
   const size_t row_bytes = size_t(nb) * kBlock;
   for (int64_t g = 0; g < rows; g += kLayoutRows8Group) {
     std::byte* group = dst + size_t(g) * row_bytes;
@@ -40,14 +41,15 @@ void repack_k(const std::byte* src, size_t src_stride, std::byte* dst, int64_t r
       std::byte* rec = group + size_t(b) * kLayoutRows8Group * kBlock;
       for (int r = 0; r < kLayoutRows8Group; ++r) {
         const std::byte* blk = src + size_t(g + r) * src_stride + size_t(b) * kBlock;
-        std::memcpy(rec + 2 * r, blk + offsetof(Block, d), 2);
-        std::memcpy(rec + 16 + 2 * r, blk + offsetof(Block, dmin), 2);
-        for (int w = 0; w < 3; ++w) std::memcpy(rec + 32 + 32 * w + 4 * r, blk + offsetof(Block, scales) + 4 * w, 4);
+        std::memcpy(rec + R::kD + 2 * r, blk + offsetof(Block, d), 2);
+        std::memcpy(rec + R::kDmin + 2 * r, blk + offsetof(Block, dmin), 2);
+        for (int w = 0; w < 3; ++w)
+          std::memcpy(rec + R::kScales + 32 * w + 4 * r, blk + offsetof(Block, scales) + 4 * w, 4);
         if constexpr (kHigh)
-          for (int k = 0; k < 8; ++k) std::memcpy(rec + 128 + 32 * k + 4 * r, blk + offsetof(Block, qh) + 4 * k, 4);
+          for (int k = 0; k < 8; ++k) std::memcpy(rec + R::kQh + 32 * k + 4 * r, blk + offsetof(Block, qh) + 4 * k, 4);
         for (int p = 0; p < 4; ++p)
           for (int k = 0; k < 8; ++k)
-            std::memcpy(rec + kCodes + 256 * p + 32 * k + 4 * r, blk + offsetof(Block, qs) + 32 * p + 4 * k, 4);
+            std::memcpy(rec + R::kCodes + 256 * p + 32 * k + 4 * r, blk + offsetof(Block, qs) + 32 * p + 4 * k, 4);
       }
     }
   }

@@ -40,6 +40,13 @@ namespace ember::cpu {
 constexpr uint8_t kLayoutRows8 = 1;
 constexpr int kLayoutRows8Group = 8;
 
+// Byte offsets in a record of the rows8 layout of Q4_K (kBits 4) or Q5_K (kBits 5).
+template <int kBits>
+struct RecordK {
+  static constexpr size_t kD = 0, kDmin = 16, kScales = 32, kQh = 128, kCodes = kBits == 5 ? 384 : 128;
+  static constexpr size_t kBytes = kCodes + 1024;
+};
+
 // True for the types the rows8 layout is defined for.
 bool rows8_layout_defined(quant::DType type);
 

@@ -14,6 +14,7 @@
 
 #include "cpu/kernels/avx2/blocks256.hpp"
 #include "cpu/kernels/avx2/rows8.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "cpu/kernels/unroll.hpp"
 
@@ -32,14 +33,6 @@ inline __m256i sub_block_rows8(const __m256i q[8], const std::byte* a, const int
   return _mm256_add_epi32(_mm256_madd_epi16(maddubs_sum<4>(q, a), scale),
                           _mm256_madd_epi16(maddubs_sum<4>(q + 4, a + 16), scale));
 }
-
-// Offsets in a Q4_K / Q5_K record of the rows8 layout (cpu/kernels/repack.hpp): one
-// super-block of 8 rows.
-template <class C>
-struct RecordK {
-  static constexpr size_t kD = 0, kDmin = 16, kScales = 32, kQh = 128, kCodes = C::kBits == 5 ? 384 : 128;
-  static constexpr size_t kBytes = 8 * sizeof(typename C::Block);
-};
 
 // The fifth bits of sub-block j for the codes of one word (lane r: the word's 4 qh bytes
 // of row r), as bit 4 of each byte (16-bit shifts; what crosses bytes is masked off).
@@ -63,7 +56,9 @@ inline __m256i bytes_to_words(__m256i v) {
 // halves), mn[p] = the int16 pair (mn_2p, mn_2p+1). Eight rows unpacked at once from
 // the record's three scale words (the 12-byte packing of quant::unpack_k_scales).
 inline void record_scales_k(const std::byte* rec, __m256i sc[8], __m256i mn[4]) {
-  const __m256i s0 = load256(rec + 32), s1 = load256(rec + 64), s2 = load256(rec + 96);
+  using R = RecordK<4>;  // the scale words sit alike in Q4_K and Q5_K records
+  const __m256i s0 = load256(rec + R::kScales), s1 = load256(rec + R::kScales + 32);
+  const __m256i s2 = load256(rec + R::kScales + 64);
   const __m256i low6 = _mm256_set1_epi8(0x3f), low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
   // Byte j of each lane: sc_j / mn_j (lo) and sc_{j+4} / mn_{j+4} (hi), j < 4.
   const __m256i sc_lo = _mm256_and_si256(s0, low6), mn_lo = _mm256_and_si256(s1, low6);
@@ -101,7 +96,7 @@ inline __m256i mins_pair(__m256i mn, const int16_t* bs, int p) {
 template <class C, bool kGrouped, bool kRepacked = false>
 void rows8_k(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
              size_t out_stride, int64_t n) {
-  using Rec = RecordK<C>;
+  using Rec = RecordK<C::kBits>;
   using Block = typename C::Block;
   constexpr size_t kBlock = sizeof(Block), kActBlock = sizeof(quant::BlockQ8_K);
   const int64_t nb = n / quant::kQKK;
@@ -214,7 +209,7 @@ void dot_tile_rows8_k(const void* weights, size_t w_row_bytes, int n_w, const vo
 // (so bit-identical to a batch's; for Q4_K llama.cpp's per-super-block order).
 template <class C>
 inline void rows8_k_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
-  using Rec = RecordK<C>;
+  using Rec = RecordK<C::kBits>;
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {

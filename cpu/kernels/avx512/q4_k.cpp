@@ -138,16 +138,8 @@ void grouped16(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_
         for (int t = 0; t < nt; ++t) {
           const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
           const auto& act = *reinterpret_cast<const quant::BlockQ8_K*>(ab);
-          const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs) + 64 * p;
-          __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k) {
-            s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(int32_t(load_u32(qs + 4 * k))));
-            s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(int32_t(load_u32(qs + 32 + 4 * k))));
-          }
-          const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1));
-          const int32_t bp0 = act.bsums[4 * p] + act.bsums[4 * p + 1], bp1 = act.bsums[4 * p + 2] + act.bsums[4 * p + 3];
-          const __m512i imin = _mm512_add_epi32(_mm512_mullo_epi32(mn0, _mm512_set1_epi32(bp0)),
-                                                _mm512_mullo_epi32(mn1, _mm512_set1_epi32(bp1)));
+          __m512i isum, imin;
+          pair_sums16(lo, hi, act, p, sc0, sc1, mn0, mn1, isum, imin);
           const __m512 da = _mm512_set1_ps(act.d);
           _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(vd, da), _mm512_load_ps(acc[t])));
           _mm512_store_ps(acc_min[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(vdmin, da),

@@ -12,17 +12,28 @@
 
 #include "cpu/kernels/avx512/rows8_repacked.hpp"
 #include "cpu/kernels/avx512/simd.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
 
-template <class C>
-struct RecK {
-  static constexpr size_t kD = 0, kDmin = 16, kScales = 32, kQh = 128, kCodes = C::kBits == 5 ? 384 : 128;
-  static constexpr size_t kBytes = 8 * sizeof(typename C::Block);
-};
+// One token's integer sums of the sub-block pair p (values 64p .. 64p + 63) for 16 rows
+// (lane r: row r): is = sc0 * dot(lo codes) + sc1 * dot(hi codes), im = the mins mn0, mn1
+// by the token's bsums of the two sub-blocks.
+inline void pair_sums16(const __m512i lo[8], const __m512i hi[8], const quant::BlockQ8_K& act, int p, __m512i sc0,
+                        __m512i sc1, __m512i mn0, __m512i mn1, __m512i& is, __m512i& im) {
+  const auto* qs = reinterpret_cast<const std::byte*>(act.qs) + 64 * p;
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) {
+    s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(int32_t(load_u32(qs + 4 * k))));
+    s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(int32_t(load_u32(qs + 32 + 4 * k))));
+  }
+  is = _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1));
+  const int32_t bp0 = act.bsums[4 * p] + act.bsums[4 * p + 1], bp1 = act.bsums[4 * p + 2] + act.bsums[4 * p + 3];
+  im = _mm512_add_epi32(_mm512_mullo_epi32(mn0, _mm512_set1_epi32(bp0)), _mm512_mullo_epi32(mn1, _mm512_set1_epi32(bp1)));
+}
 
 // Bit j of each qh byte as bit 4 of the same byte (16-bit shifts; what crosses bytes is
 // masked off): the fifth bits of sub-block j.
@@ -74,7 +85,7 @@ struct Ops512 {
 // One token against one group (8 rows, lane r = row r), the per-super-block order.
 template <class C>
 void rec8_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
-  using R = RecK<C>;
+  using R = RecordK<C::kBits>;
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -121,7 +132,7 @@ void rec8_one(const std::byte* w, const std::byte* a, float* out, int64_t nb) {
 template <class C, bool kGrouped>
 void rec16_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, size_t a_row_bytes, int n_x,
                  float* out, size_t out_stride, int64_t nb) {
-  using R = RecK<C>;
+  using R = RecordK<C::kBits>;
   constexpr int kTokens = 32;
   constexpr size_t kActBlock = sizeof(quant::BlockQ8_K);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
@@ -162,16 +173,8 @@ void rec16_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, s
         for (int t = 0; t < nt; ++t) {
           const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
           const auto& act = *reinterpret_cast<const quant::BlockQ8_K*>(ab);
-          const std::byte* qs = ab + offsetof(quant::BlockQ8_K, qs) + 64 * p;
-          __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k) {
-            s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(int32_t(load_u32(qs + 4 * k))));
-            s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(int32_t(load_u32(qs + 32 + 4 * k))));
-          }
-          const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(s0, sc[2 * p]), _mm512_mullo_epi32(s1, sc[2 * p + 1]));
-          const int32_t bp0 = act.bsums[4 * p] + act.bsums[4 * p + 1], bp1 = act.bsums[4 * p + 2] + act.bsums[4 * p + 3];
-          const __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[2 * p], _mm512_set1_epi32(bp0)),
-                                              _mm512_mullo_epi32(mn[2 * p + 1], _mm512_set1_epi32(bp1)));
+          __m512i is, im;
+          pair_sums16(lo, hi, act, p, sc[2 * p], sc[2 * p + 1], mn[2 * p], mn[2 * p + 1], is, im);
           if constexpr (kGrouped) {
             const __m512 da = _mm512_set1_ps(act.d);
             _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(vd, da), _mm512_load_ps(acc[t])));
