@@ -46,7 +46,6 @@ inline __m512i high_bit4(__m512i qh, int j) {
   return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
 }
 
-
 // The 6-bit scales and mins of 8 rows (lane r) from their three scale words, as int32:
 // byte j of lo[0] / lo[1] is sc_j / mn_j and of hi[0] / hi[1] sc_{j+4} / mn_{j+4} (j < 4),
 // the packing quant::unpack_k_scales reads, for all rows at once.
