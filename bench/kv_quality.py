@@ -61,7 +61,7 @@ def bytes_per_token(ember, model):
     out = run([ember, "info", "-m", model])
     table = {}
     for line in out.splitlines():
-        match = re.search(r"\b(f16|f32|int8|int4o|int4)(?: g(\d+))?\b.*?([0-9][0-9,]*) bytes", line, re.IGNORECASE)
+        match = re.search(r"\b(f16|f32|int8|int4o|int4|k8v4)(?: g(\d+))?\b.*?([0-9][0-9,]*) bytes", line, re.IGNORECASE)
         if match:
             table[(match.group(1).lower(), int(match.group(2) or 32))] = int(match.group(3).replace(",", ""))
     return table
@@ -102,7 +102,7 @@ def main():
             results[(text, kv_type, group)], nlls[(text, kv_type, group)] = ppl, nll
             print(f"  {os.path.basename(text)} {kv_type} g{group}: {ppl:.4f} ({len(nll)} tokens)", flush=True)
     base_type, base_group = kvs[0]
-    print(f"\n| text | " + " | ".join(f"{t}" + (f" g{g}" if t.startswith("int") else "") for t, g in kvs) + " |")
+    print(f"\n| text | " + " | ".join(f"{t}" + (f" g{g}" if t not in ("f16", "f32") else "") for t, g in kvs) + " |")
     print("|---|" + "---|" * len(kvs))
     for text in args.texts:
         base = results[(text, base_type, base_group)]
@@ -124,7 +124,7 @@ def main():
             ys, errs = [c[0] for c in changes], [c[1] for c in changes]
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=os.path.basename(text))
             for x, y, (t, g) in zip(xs, ys, kvs):
-                ax.annotate(t + (f" g{g}" if t.startswith("int") else ""), (x, y), fontsize=6,
+                ax.annotate(t + (f" g{g}" if t not in ("f16", "f32") else ""), (x, y), fontsize=6,
                             textcoords="offset points", xytext=(3, 3))
         ax.axhline(0, color="grey", linewidth=0.5)
         ax.set_xlabel("KV bytes per token")

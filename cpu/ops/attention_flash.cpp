@@ -183,19 +183,22 @@ class Flash {
   Flash(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
         const backend::AttentionParams& p, const AttentionTables& tab, const Tensor& out)
       : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), p_(p), tab_(tab), ops_(op_kernels(ctx.isa)),
-        fmt_(tile_format(ctx.isa, k_cache.type)),
-        group_(p.n_head / p.n_head_kv), hd_(p.head_dim), head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
+        kfmt_(tile_format(ctx.isa, k_cache.type)), vfmt_(tile_format(ctx.isa, v_cache.type)),
+        group_(p.n_head / p.n_head_kv), hd_(p.head_dim), k_head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
+        v_head_bytes_(quant::row_bytes(v_cache.type, p.head_dim)),
         want_scores_(p.score_acc.rows > 0), k_base_(k_cache.row_ptr(0)), v_base_(v_cache.row_ptr(0)),
-        direct_f16_(k_cache.type == backend::DType::f16 && ops_.scores_f16 != nullptr && ops_.pv_f16 != nullptr &&
+        direct_f16_(k_cache.type == backend::DType::f16 && v_cache.type == backend::DType::f16 &&
+                    ops_.scores_f16 != nullptr && ops_.pv_f16 != nullptr &&
                     p.head_dim % 16 == 0 && p.head_dim <= 512),
         scores_q_(p.head_dim > 512                              ? nullptr
                   : k_cache.type == backend::DType::kv_q8_g32 || k_cache.type == backend::DType::kv_q8_g64
                       ? ops_.scores_q8
                   : quant::kv::is_int4(k_cache.type) ? ops_.scores_q4
                                                      : nullptr),
-        pv_q_(scores_q_ == nullptr || v_cache.type != k_cache.type ? nullptr
-              : quant::kv::is_int4(k_cache.type)                   ? ops_.pv_q4
-                                                                   : ops_.pv_q8) {}
+        pv_q_(p.head_dim > 512                                                               ? nullptr
+              : v_cache.type == backend::DType::kv_q8_g32 || v_cache.type == backend::DType::kv_q8_g64 ? ops_.pv_q8
+              : quant::kv::is_int4(v_cache.type)                                                    ? ops_.pv_q4
+                                                                                                    : nullptr) {}
 
   void run(const std::vector<std::vector<int64_t>>& by_seq) {
     plan(by_seq);
@@ -307,7 +310,7 @@ class Flash {
       min_row_pos = std::min(min_row_pos, tab_.token_pos[t]);
       max_row_pos = std::max(max_row_pos, tab_.token_pos[t]);
     }
-    fmt_.rotate(x.queries.data(), n_kv * rows * hd);
+    kfmt_.rotate(x.queries.data(), n_kv * rows * hd);
     std::fill(x.acc_out.begin(), x.acc_out.begin() + n_kv * rows * hd, 0.0f);
     std::fill(x.row_max.begin(), x.row_max.begin() + n_kv * rows, kNegInf);
     std::fill(x.row_sum.begin(), x.row_sum.begin() + n_kv * rows, 0.0f);
@@ -401,7 +404,7 @@ class Flash {
     float* queries = x.queries.data();  // [n_head][hd], in the stored domain
     const float* src = q_.row_ptr<float>(t);
     std::copy(src, src + int64_t(n_head) * hd, queries);
-    fmt_.rotate(queries, int64_t(n_head) * hd);
+    kfmt_.rotate(queries, int64_t(n_head) * hd);
 
     bool all_visible = true;
     for (int64_t j = 0; j < n; ++j) {
@@ -439,7 +442,7 @@ class Flash {
           prefetch_ahead(j0, jn, h);
           const uint8_t* rows[kLoneBlock];
           for (int64_t j = 0; j < jn; ++j)
-            rows[j] = reinterpret_cast<const uint8_t*>(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);
+            rows[j] = reinterpret_cast<const uint8_t*>(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * k_head_bytes_);
           scores_q_(queries + int64_t(h) * group * hd, group, hd, gsize, rows, int(jn), p_.scale,
                     scores + int64_t(h) * group * kChunk + j0, int(kChunk));
         }
@@ -450,7 +453,7 @@ class Flash {
         for (int64_t j = j0 + kLoneBlock; j < std::min(n, j0 + 2 * kLoneBlock); ++j) prefetch_row(k_, sc.slot[size_t(lo + j)]);
         for (int h = 0; h < n_kv; ++h) {
           for (int64_t j = 0; j < jn; ++j)
-            fmt_.decode_stored(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_,
+            kfmt_.decode_stored(row_of(k_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * k_head_bytes_,
                                x.head_keys.data() + j * hd, hd);
           ops_.gemm_nt(group, int(jn), hd, queries + int64_t(h) * group * hd, hd, x.head_keys.data(), hd,
                        scores + int64_t(h) * group * kChunk + j0, int(kChunk), p_.scale);
@@ -500,7 +503,7 @@ class Flash {
             prefetch_row_l2(v_, sc.slot[size_t(lo + j)]);
           const uint8_t* rows[kBlock];
           for (int64_t j = 0; j < jn; ++j)
-            rows[j] = reinterpret_cast<const uint8_t*>(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_);
+            rows[j] = reinterpret_cast<const uint8_t*>(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * v_head_bytes_);
           pv_q_(scores + int64_t(h) * group * kChunk + j0, int(kChunk), group, hd, gsize, rows, int(jn),
                 acc + int64_t(h) * group * hd);
         }
@@ -512,7 +515,7 @@ class Flash {
         for (int64_t j = j0 + block; j < std::min(n, j0 + 2 * block); ++j) prefetch_row(v_, sc.slot[size_t(lo + j)]);
         for (int h = 0; h < n_kv; ++h) {
           for (int64_t j = 0; j < jn; ++j)
-            fmt_.decode_stored(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * head_bytes_,
+            vfmt_.decode_stored(row_of(v_, sc.slot[size_t(lo + j0 + j)]) + size_t(h) * v_head_bytes_,
                                x.head_values.data() + j * hd, hd);
           ops_.gemm_nn(group, hd, int(jn), scores + int64_t(h) * group * kChunk + j0, int(kChunk),
                        x.head_values.data(), hd, x.product.data(), hd);
@@ -535,7 +538,7 @@ class Flash {
       std::copy(x.row_sum.begin(), x.row_sum.begin() + n_head, dst + n_head * (hd + 1));
       return;
     }
-    fmt_.unrotate(x.acc_out.data(), n_kv * rows * hd);
+    vfmt_.unrotate(x.acc_out.data(), n_kv * rows * hd);
     for (int h = 0; h < n_kv; ++h)
       for (int64_t r = 0; r < rows; ++r) {
         const float sum = x.row_sum[size_t(h * rows + r)];
@@ -551,17 +554,19 @@ class Flash {
   // The same into L2 (prefetcht2 on x86).
   void prefetch_row_l2(const Tensor& cache, int64_t slot) const {
     const std::byte* row = row_of(cache, slot);
-    for (size_t off = 0; off < head_bytes_ * size_t(p_.n_head_kv); off += 64) __builtin_prefetch(row + off, 0, 1);
+    for (size_t off = 0; off < head_bytes_of(cache) * size_t(p_.n_head_kv); off += 64)
+      __builtin_prefetch(row + off, 0, 1);
   }
   void prefetch_row(const Tensor& cache, int64_t slot) const {
     const std::byte* row = row_of(cache, slot);
-    for (size_t off = 0; off < head_bytes_ * size_t(p_.n_head_kv); off += 64) __builtin_prefetch(row + off);
+    for (size_t off = 0; off < head_bytes_of(cache) * size_t(p_.n_head_kv); off += 64) __builtin_prefetch(row + off);
   }
 
   // All kv heads of cache row `slot` as f32 (stored domain).
   void decode_row(const Tensor& cache, int64_t slot, float* out) const {
     const std::byte* row = row_of(cache, slot);
-    for (int h = 0; h < p_.n_head_kv; ++h) fmt_.decode_stored(row + size_t(h) * head_bytes_, out + h * hd_, hd_);
+    const TileFormat& f = &cache == &k_ ? kfmt_ : vfmt_;
+    for (int h = 0; h < p_.n_head_kv; ++h) f.decode_stored(row + size_t(h) * head_bytes_of(cache), out + h * hd_, hd_);
   }
 
   // Cache row `slot` of K or V (the buffer's address looked up once, not per row).
@@ -570,8 +575,10 @@ class Flash {
   }
   // Kv head h's part of F16 cache row `slot`.
   const uint16_t* head_f16(const Tensor& cache, int64_t slot, int h) const {
-    return reinterpret_cast<const uint16_t*>(row_of(cache, slot) + size_t(h) * head_bytes_);
+    return reinterpret_cast<const uint16_t*>(row_of(cache, slot) + size_t(h) * head_bytes_of(cache));
   }
+  // Bytes of one kv head of a K or V row (keys and values may be stored differently: k8v4).
+  size_t head_bytes_of(const Tensor& cache) const { return &cache == &k_ ? k_head_bytes_ : v_head_bytes_; }
 
   float* out_row(int64_t token, int head) const { return out_.row_ptr<float>(token) + int64_t(head) * hd_; }
 
@@ -602,7 +609,7 @@ class Flash {
           }
           ops_.scale_by(a, sum > 0.0f ? 1.0f / sum : 0.0f, hd);
         }
-        fmt_.unrotate(acc.data(), int64_t(n_head) * hd);
+        vfmt_.unrotate(acc.data(), int64_t(n_head) * hd);
         std::copy(acc.begin(), acc.end(), out_row(b.tokens[0], 0));
       }
     });
@@ -634,9 +641,10 @@ class Flash {
   const backend::AttentionParams& p_;
   const AttentionTables& tab_;
   const OpKernels& ops_;  // the level's kernels (GEMMs, softmax and accumulation rows)
-  const TileFormat fmt_;
+  const TileFormat kfmt_, vfmt_;  // keys' and values' formats (queries are rotated into the
+                                  // keys' domain, outputs back from the values')
   const int group_, hd_;
-  const size_t head_bytes_;
+  const size_t k_head_bytes_, v_head_bytes_;
   const bool want_scores_;
   const std::byte* const k_base_;  // row 0 of the K and V caches
   const std::byte* const v_base_;

@@ -62,7 +62,8 @@ int cmd_info(const std::vector<std::string>& argv) {
     int32_t group;
   } kinds[] = {{"f32", KVStorage::f32, 32},       {"f16", KVStorage::f16, 32},       {"int8 g32", KVStorage::int8, 32},
                {"int8 g64", KVStorage::int8, 64}, {"int4 g32", KVStorage::int4, 32}, {"int4 g64", KVStorage::int4, 64},
-               {"int4o g32", KVStorage::int4o, 32}, {"int4o g64", KVStorage::int4o, 64}};
+               {"int4o g32", KVStorage::int4o, 32}, {"int4o g64", KVStorage::int4o, 64},
+               {"k8v4 g32", KVStorage::k8v4, 32},   {"k8v4 g64", KVStorage::k8v4, 64}};
   const size_t f16_bytes = model->kv_bytes_per_token(KVStorage::f16);
   for (const auto& k : kinds) {
     const size_t b = model->kv_bytes_per_token(k.storage, k.group);

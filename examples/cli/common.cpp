@@ -164,13 +164,18 @@ std::string kv_type_from_llama(const std::string& flag, const std::string& name)
 
 void apply_kv_args(const Args& args, KVCacheOptions& kv) {
   std::string type = args.get_or("--kv-type", "");
-  for (const char* flag : {"--cache-type-k", "--cache-type-v"}) {
-    if (!args.has(flag)) continue;
-    const std::string t = kv_type_from_llama(flag, args.get(flag));
-    if (!type.empty() && t != type)
-      throw UsageError(fmt::format("{} {} disagrees with the other cache type ({}): ember stores keys and values in "
-                                   "one type",
-                                   flag, args.get(flag), type));
+  const auto llama_type = [&](const char* flag) {
+    return args.has(flag) ? kv_type_from_llama(flag, args.get(flag)) : std::string();
+  };
+  const std::string k = llama_type("--cache-type-k"), v = llama_type("--cache-type-v");
+  if (!k.empty() || !v.empty()) {
+    // llama.cpp's q8_0 keys with q4_1 values are ember's k8v4; otherwise one type for both.
+    const std::string t = k == "int8" && v == "int4" ? "k8v4" : k.empty() ? v : k;
+    if ((!k.empty() && !v.empty() && k != v && t != "k8v4") || (!type.empty() && t != type))
+      throw UsageError(fmt::format("cache types {}/{} disagree with each other or with --kv-type ({}): ember stores "
+                                   "keys and values in one type, or q8_0 keys with q4_1 values (k8v4)",
+                                   k.empty() ? "-" : args.get("--cache-type-k"),
+                                   v.empty() ? "-" : args.get("--cache-type-v"), type.empty() ? "-" : type));
     type = t;
   }
   if (type.empty()) type = "f16";
@@ -184,8 +189,10 @@ void apply_kv_args(const Args& args, KVCacheOptions& kv) {
     kv.storage = KVStorage::int4;
   } else if (type == "int4o") {
     kv.storage = KVStorage::int4o;
+  } else if (type == "k8v4") {
+    kv.storage = KVStorage::k8v4;
   } else {
-    throw UsageError("--kv-type must be f16, f32, int8, int4 or int4o, got '" + type + "'");
+    throw UsageError("--kv-type must be f16, f32, int8, int4, int4o or k8v4, got '" + type + "'");
   }
   kv.group_size = int32_t(args.get_int("--kv-group", 32, 32, 64));
   if (kv.group_size != 32 && kv.group_size != 64) throw UsageError("--kv-group must be 32 or 64");
@@ -208,7 +215,7 @@ void apply_kv_args(const Args& args, KVCacheOptions& kv) {
 }
 
 std::string describe_kv(const KVCacheOptions& kv) {
-  const char* names[] = {"f16", "f32", "int8", "int4", "int4o"};
+  const char* names[] = {"f16", "f32", "int8", "int4", "int4o", "k8v4"};
   std::string out = names[int(kv.storage)];
   if (kv.storage != KVStorage::f16 && kv.storage != KVStorage::f32)
     out += " (group " + std::to_string(kv.group_size) + ")";

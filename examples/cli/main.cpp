@@ -21,10 +21,11 @@ struct Command {
 
 constexpr const char* kKVUsage = R"(
 KV options:
-  --kv-type f16|f32|int8|int4|int4o  storage of keys and values (default f16;
-                                int4o: int4 + 2 values per group kept as f16)
+  --kv-type f16|f32|int8|int4|int4o|k8v4  storage of keys and values (default f16;
+                                int4o: int4 + 2 values per group kept as f16;
+                                k8v4: int8 keys, int4 values)
   -ctk, -ctv f16|f32|q8_0|q4_1  llama.cpp's spelling of the same (keys and values agree)
-  --kv-group 32|64              values per scale for int8/int4/int4o (default 32)
+  --kv-group 32|64              values per scale for int8/int4/int4o/k8v4 (default 32)
   --evict none|streaming|h2o    policy when the cache is full (default none: error)
   --sinks N --window N          streaming: keep N first tokens + the last N (4, 1020)
   --heavy N --recent N          h2o: keep N most-attended + the last N (128, 128)

@@ -84,7 +84,7 @@ typedef int (*ember_progress_fn)(float fraction, void* user);
 
 typedef struct ember_model ember_model;
 
-typedef enum ember_kv_storage { EMBER_KV_F16 = 0, EMBER_KV_F32 = 1, EMBER_KV_INT8 = 2, EMBER_KV_INT4 = 3, EMBER_KV_INT4O = 4 } ember_kv_storage;
+typedef enum ember_kv_storage { EMBER_KV_F16 = 0, EMBER_KV_F32 = 1, EMBER_KV_INT8 = 2, EMBER_KV_INT4 = 3, EMBER_KV_INT4O = 4, EMBER_KV_K8V4 = 5 } ember_kv_storage;
 typedef enum ember_kv_eviction { EMBER_EVICT_NONE = 0, EMBER_EVICT_STREAMING = 1, EMBER_EVICT_H2O = 2 } ember_kv_eviction;
 
 typedef struct ember_model_options {
@@ -209,7 +209,7 @@ typedef struct ember_session ember_session;
 typedef struct ember_kv_options {
   int32_t max_tokens;  /* context length; default 4096 */
   ember_kv_storage storage;
-  int32_t group_size;  /* int8/int4/int4o: 32 or 64 */
+  int32_t group_size;  /* int8/int4/int4o/k8v4: 32 or 64 */
   ember_kv_eviction eviction;
   int32_t sinks, window;  /* streaming */
   int32_t heavy, recent;  /* h2o */

@@ -18,6 +18,7 @@ enum class KVStorage {
   int8,  // 8-bit codes with one f16 scale per group (KVCacheOptions::group_size)
   int4,   // 4-bit codes with an f16 scale and minimum per group
   int4o,  // int4 plus the 2 largest values of each group kept as f16 (outliers)
+  k8v4,   // keys as int8, values as int4 (keys carry most of the quantization error)
 };
 
 // What happens when a session's cache reaches its budget.
@@ -32,7 +33,7 @@ struct KVCacheOptions {
   // Default 4096; range [1, 1 << 24]; also capped by the model's training context.
   int32_t max_tokens = 4096;
   KVStorage storage = KVStorage::f16;
-  // Values per scale for int8/int4/int4o: 32 or 64 (the head size must be a multiple).
+  // Values per scale for int8/int4/int4o/k8v4: 32 or 64 (the head size must be a multiple).
   int32_t group_size = 32;
   KVEviction eviction = KVEviction::none;
   // streaming: the budget is sinks + window (window > 0, sinks >= 0).

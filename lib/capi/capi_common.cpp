@@ -67,12 +67,12 @@ SamplerOptions to_cpp(const ember_sampler_options& o) {
 KVCacheOptions to_cpp(const ember_kv_options& o) {
   KVCacheOptions k;
   k.max_tokens = o.max_tokens;
-  require(o.storage >= EMBER_KV_F16 && o.storage <= EMBER_KV_INT4O, "ember_kv_options.storage has an unknown value {}",
+  require(o.storage >= EMBER_KV_F16 && o.storage <= EMBER_KV_K8V4, "ember_kv_options.storage has an unknown value {}",
           int(o.storage));
   require(o.eviction >= EMBER_EVICT_NONE && o.eviction <= EMBER_EVICT_H2O,
           "ember_kv_options.eviction has an unknown value {}", int(o.eviction));
   static constexpr KVStorage kStorage[] = {KVStorage::f16, KVStorage::f32, KVStorage::int8, KVStorage::int4,
-                                               KVStorage::int4o};
+                                               KVStorage::int4o, KVStorage::k8v4};
   static constexpr KVEviction kEviction[] = {KVEviction::none, KVEviction::streaming, KVEviction::h2o};
   k.storage = kStorage[o.storage];
   k.eviction = kEviction[o.eviction];

@@ -18,6 +18,7 @@ std::shared_ptr<Pool> own_pool(backend::Backend& backend, const CacheConfig& c) 
   pc.k_width = c.k_width;
   pc.v_width = c.v_width;
   pc.storage = c.storage;
+  pc.v_storage = c.v_storage;
   pc.page_tokens = c.page_tokens;
   pc.n_pages = (c.max_tokens + c.page_tokens - 1) / c.page_tokens * c.n_layer;
   return std::make_shared<Pool>(backend, pc);

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,6 +64,7 @@ struct CacheConfig {
   // Used only by the constructor that makes its own pool:
   int64_t k_width = 0, v_width = 0;
   quant::DType storage = quant::DType::f16;
+  std::optional<quant::DType> v_storage;  // the value rows' type where it differs
   int32_t page_tokens = 16;
   int32_t max_tokens = 4096;  // pool size in cells per layer (rounded up to whole pages)
 };

@@ -46,12 +46,19 @@ struct Reader {
 
 constexpr uint32_t kBlobMagic = 0x31564B45;  // "EKV1"
 
+// The storage tag of a blob: the key rows' type, and the value rows' in the high 16
+// bits where they differ (k8v4), so blobs of one-type caches keep their old tag.
+uint32_t storage_tag(const PoolConfig& pc) {
+  const uint32_t k = uint32_t(pc.storage), v = uint32_t(pc.value_storage());
+  return v == k ? k : k | v << 16;
+}
+
 }  // namespace
 
 void KVCache::save(int32_t seq, std::string& out) const {
   const PoolConfig& pc = pool_->config();
   put<uint32_t>(out, kBlobMagic);
-  put<uint32_t>(out, uint32_t(pc.storage));
+  put<uint32_t>(out, storage_tag(pc));
   put<int64_t>(out, pc.k_width);
   put<int64_t>(out, pc.v_width);
   put<int32_t>(out, pc.page_tokens);
@@ -63,7 +70,7 @@ void KVCache::save(int32_t seq, std::string& out) const {
   }
   const Sequence& s = it->second;
   put<int32_t>(out, s.next_idx);
-  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.storage, pc.v_width);
+  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.value_storage(), pc.v_width);
   std::vector<std::byte> rows;
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     const Layer& l = s.layers[size_t(layer)];
@@ -96,15 +103,15 @@ void KVCache::load(int32_t seq, std::string_view blob) {
   const auto storage = r.get<uint32_t>();
   const auto k_width = r.get<int64_t>(), v_width = r.get<int64_t>();
   const auto page_tokens_saved = r.get<int32_t>(), n_layer = r.get<int32_t>();
-  if (storage != uint32_t(pc.storage) || k_width != pc.k_width || v_width != pc.v_width ||
+  if (storage != storage_tag(pc) || k_width != pc.k_width || v_width != pc.v_width ||
       page_tokens_saved != pc.page_tokens || n_layer != config_.n_layer)
     fail(ErrorCode::invalid_argument,
          "KV state: saved with storage {}, rows {}/{}, pages of {}, {} layers; this cache has {}, {}/{}, {}, {}",
-         storage, k_width, v_width, page_tokens_saved, n_layer, quant::type_name(pc.storage), pc.k_width, pc.v_width,
+         storage, k_width, v_width, page_tokens_saved, n_layer, storage_tag(pc), pc.k_width, pc.v_width,
          pc.page_tokens, config_.n_layer);
   const auto next_idx = r.get<int32_t>();
   if (next_idx < 0) return;
-  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.storage, pc.v_width);
+  const size_t k_row = quant::row_bytes(pc.storage, pc.k_width), v_row = quant::row_bytes(pc.value_storage(), pc.v_width);
   const size_t limit = size_t(pc.n_pages) * size_t(pc.page_tokens);
   Sequence s;
   s.next_idx = next_idx;

@@ -41,32 +41,35 @@ int32_t checked_pages(const PoolConfig& c) {
           c.page_tokens);
   require(c.n_pages > 0, "KV cache: the pool needs at least one page, got {}", c.n_pages);
   require(c.k_width > 0 && c.v_width > 0, "KV cache: empty row width");
-  require(quant::is_kv_storage_type(c.storage), "KV cache: {} is not a KV storage type",
-          quant::type_name(c.storage));
+  for (const quant::DType t : {c.storage, c.value_storage()})
+    require(quant::is_kv_storage_type(t), "KV cache: {} is not a KV storage type", quant::type_name(t));
   const auto& info = quant::type_info(c.storage);
-  require(c.k_width % info.block_elems == 0 && c.v_width % info.block_elems == 0,
-          "KV cache: rows of {}/{} values are not whole groups of {} for {}", c.k_width, c.v_width, info.block_elems,
-          info.name);
+  const auto& v_info = quant::type_info(c.value_storage());
+  require(c.k_width % info.block_elems == 0 && c.v_width % v_info.block_elems == 0,
+          "KV cache: rows of {}/{} values are not whole groups of {}/{} for {}/{}", c.k_width, c.v_width,
+          info.block_elems, v_info.block_elems, info.name, v_info.name);
   return c.n_pages;
 }
 }  // namespace
 
 Pool::Pool(backend::Backend& backend, const PoolConfig& config) : config_(config), pages_(checked_pages(config)) {
-  for (const backend::Op op : {backend::Op::kv_store, backend::Op::attention})
-    if (!backend.supports(op, config.storage))
-      fail(ErrorCode::unsupported, "KV cache: the {} backend cannot store or attend over {} rows", backend.name(),
-           quant::type_name(config.storage));
+  for (const quant::DType t : {config.storage, config.value_storage()})
+    for (const backend::Op op : {backend::Op::kv_store, backend::Op::attention})
+      if (!backend.supports(op, t))
+        fail(ErrorCode::unsupported, "KV cache: the {} backend cannot store or attend over {} rows", backend.name(),
+             quant::type_name(t));
   const int64_t rows = int64_t(config.n_pages) * config.page_tokens;
   const size_t k_bytes = quant::row_bytes(config.storage, config.k_width) * size_t(rows);
-  const size_t v_bytes = quant::row_bytes(config.storage, config.v_width) * size_t(rows);
+  const size_t v_bytes = quant::row_bytes(config.value_storage(), config.v_width) * size_t(rows);
   buffer_ = backend.allocate(k_bytes + v_bytes);
   k_ = backend::make_tensor(*buffer_, 0, config.storage, rows, config.k_width);
-  v_ = backend::make_tensor(*buffer_, k_bytes, config.storage, rows, config.v_width);
+  v_ = backend::make_tensor(*buffer_, k_bytes, config.value_storage(), rows, config.v_width);
   dirty_.assign(size_t(config.n_pages), 0);
 }
 
 size_t Pool::page_bytes() const {
-  return (quant::row_bytes(config_.storage, config_.k_width) + quant::row_bytes(config_.storage, config_.v_width)) *
+  return (quant::row_bytes(config_.storage, config_.k_width) +
+          quant::row_bytes(config_.value_storage(), config_.v_width)) *
          size_t(config_.page_tokens);
 }
 
@@ -103,7 +106,7 @@ std::vector<int32_t> Pool::acquire(int32_t n) {
 int32_t Pool::trim() {
   std::lock_guard lock(mutex_);
   const size_t k_page = quant::row_bytes(config_.storage, config_.k_width) * size_t(config_.page_tokens);
-  const size_t v_page = quant::row_bytes(config_.storage, config_.v_width) * size_t(config_.page_tokens);
+  const size_t v_page = quant::row_bytes(config_.value_storage(), config_.v_width) * size_t(config_.page_tokens);
   int32_t trimmed = 0;
   // Runs of consecutive free dirty pages are contiguous in K and in V: one discard each.
   for (int32_t p = 0; p < pages_.n_pages();) {

@@ -43,12 +43,22 @@ class PagePool {
   std::vector<int32_t> free_;  // a stack; the lowest ids are handed out first
 };
 
+// The storage types of a pool's key rows and value rows.
+struct KVTypes {
+  quant::DType k = quant::DType::f16, v = quant::DType::f16;
+  auto operator<=>(const KVTypes&) const = default;
+};
+
 struct PoolConfig {
   int64_t k_width = 0;                       // n_head_kv * key head dim (the same in every layer)
   int64_t v_width = 0;                       // n_head_kv * value head dim
-  quant::DType storage = quant::DType::f16;  // any quant::is_kv_storage_type
+  quant::DType storage = quant::DType::f16;  // any quant::is_kv_storage_type: the key rows'
+  std::optional<quant::DType> v_storage;     // the value rows' when it differs (same group size)
   int32_t page_tokens = 16;                  // cells per page, > 0
   int32_t n_pages = 0;                       // pages in the pool, > 0
+
+  quant::DType value_storage() const { return v_storage.value_or(storage); }
+  KVTypes types() const { return {storage, value_storage()}; }
 };
 
 // Memory figures of a pool (all layers, all sessions).

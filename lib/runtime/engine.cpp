@@ -59,7 +59,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> owner, const EngineOptions& opts
       ex(m.executor()),
       cache([&]() -> kv::KVCache& {
         std::lock_guard lock(ex.mutex());
-        return ex.cache(runtime::kv_dtype(opts.kv.storage, opts.kv.group_size));
+        return ex.cache(runtime::kv_types(opts.kv.storage, opts.kv.group_size));
       }()),
       alerts(alert_rules(opts)) {
   // A throwaway sequence checks the KV options and gives the context size.

@@ -14,14 +14,14 @@ Executor::Executor(const model::LoadedModel& model, std::shared_ptr<backend::Bac
 
 Executor::~Executor() = default;
 
-kv::KVCache& Executor::cache(quant::DType storage) {
-  auto& cache = caches_[storage];
+kv::KVCache& Executor::cache(kv::KVTypes types) {
+  auto& cache = caches_[types];
   if (!cache) {
     const model::HParams& hp = model_.hparams;
     kv::CacheConfig cfg;
     cfg.n_layer = hp.n_layer;
     for (const model::LayerParams& lp : hp.layers) cfg.layer_window.push_back(lp.window);
-    cache = std::make_unique<kv::KVCache>(pool_for_(storage), *backend_, cfg);
+    cache = std::make_unique<kv::KVCache>(pool_for_(types), *backend_, cfg);
   }
   return *cache;
 }

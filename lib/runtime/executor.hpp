@@ -63,8 +63,8 @@ struct StepPart {
 
 class Executor {
  public:
-  // `pool_for(storage)` gives the model's KV page pool of a storage type.
-  using PoolSource = std::function<std::shared_ptr<kv::Pool>(quant::DType storage)>;
+  // `pool_for(types)` gives the model's KV page pool of a pair of key and value row types.
+  using PoolSource = std::function<std::shared_ptr<kv::Pool>(kv::KVTypes types)>;
   // `backend` runs every op; on a device it is the backend that holds the weights and
   // the KV pools (one stream for all), on the CPU one of its own with the model's threads.
   Executor(const model::LoadedModel& model, std::shared_ptr<backend::Backend> backend, PoolSource pool_for);
@@ -76,7 +76,7 @@ class Executor {
   // The lock every user of the caches holds (step() takes it itself).
   std::recursive_mutex& mutex() { return mutex_; }
   // The cache of a storage type (made on first use). Call with the lock held.
-  kv::KVCache& cache(quant::DType storage);
+  kv::KVCache& cache(kv::KVTypes types);
   // A sequence id no other user has.
   int32_t new_sequence_id() { return next_seq_.fetch_add(1); }
 
@@ -99,7 +99,7 @@ class Executor {
   PoolSource pool_for_;
   std::recursive_mutex mutex_;
   std::unique_ptr<model::Forward> forward_;
-  std::map<quant::DType, std::unique_ptr<kv::KVCache>> caches_;
+  std::map<kv::KVTypes, std::unique_ptr<kv::KVCache>> caches_;
   std::atomic<int32_t> next_seq_{0};
 };
 

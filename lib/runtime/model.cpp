@@ -215,18 +215,22 @@ std::shared_ptr<Model> Model::load_from_reader(uint64_t size, const ReadAt& read
 // Share of the device memory free at pool creation that a KV pool may take.
 constexpr double kDeviceKvShare = 0.8;
 
-kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) const {
+kv::PoolConfig Model::Impl::pool_config(kv::KVTypes types, size_t reserved) const {
   const model::HParams& hp = loaded->hparams;
   const int64_t tokens =
       options.kv_pool_tokens > 0 ? options.kv_pool_tokens : 4 * std::min<int64_t>(hp.n_ctx_train, 32768);
   kv::PoolConfig pc;
   pc.k_width = pc.v_width = int64_t(hp.n_head_kv) * hp.head_dim_k;
-  pc.storage = storage;
+  pc.storage = types.k;
+  if (types.v != types.k) pc.v_storage = types.v;
   pc.page_tokens = options.kv_page_tokens;
+  const std::string storage = types.v == types.k
+                                  ? std::string(quant::type_name(types.k))
+                                  : fmt::format("{}/{}", quant::type_name(types.k), quant::type_name(types.v));
   int64_t pages = (tokens + pc.page_tokens - 1) / pc.page_tokens * hp.n_layer;
   if (options.kv_memory_budget > 0) {
     const size_t page_bytes =
-        (quant::row_bytes(storage, pc.k_width) + quant::row_bytes(storage, pc.v_width)) * size_t(pc.page_tokens);
+        (quant::row_bytes(types.k, pc.k_width) + quant::row_bytes(types.v, pc.v_width)) * size_t(pc.page_tokens);
     const size_t left = options.kv_memory_budget > reserved ? options.kv_memory_budget - reserved : 0;
     // Whole pages of every layer, so that each layer can hold the same tokens.
     const int64_t fit = int64_t(left / (page_bytes * size_t(hp.n_layer))) * hp.n_layer;
@@ -234,7 +238,7 @@ kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) c
       fail(ErrorCode::invalid_argument,
            "ModelOptions::kv_memory_budget of {} bytes leaves {} bytes, less than one {}-token page of every layer "
            "({} bytes) for a {} KV pool",
-           options.kv_memory_budget, left, pc.page_tokens, page_bytes * size_t(hp.n_layer), quant::type_name(storage));
+           options.kv_memory_budget, left, pc.page_tokens, page_bytes * size_t(hp.n_layer), storage);
     pages = std::min(pages, fit);
   }
   // A device backend commits the whole pool when it is made: at most kDeviceKvShare of
@@ -243,7 +247,7 @@ kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) c
   // pages are committed only when written).
   if (const auto mem = owner_backend->device_memory()) {
     const size_t page_bytes =
-        (quant::row_bytes(storage, pc.k_width) + quant::row_bytes(storage, pc.v_width)) * size_t(pc.page_tokens);
+        (quant::row_bytes(types.k, pc.k_width) + quant::row_bytes(types.v, pc.v_width)) * size_t(pc.page_tokens);
     const size_t usable = size_t(double(mem->free) * kDeviceKvShare);
     const int64_t fit = int64_t(usable / (page_bytes * size_t(hp.n_layer))) * hp.n_layer;
     if (fit <= 0)
@@ -251,10 +255,10 @@ kv::PoolConfig Model::Impl::pool_config(quant::DType storage, size_t reserved) c
            "KV pool: {:.1f} MiB of device memory free (of {:.1f} MiB) leave no room for one {}-token page of every "
            "layer ({:.1f} MiB of {})",
            double(mem->free) / 1048576.0, double(mem->total) / 1048576.0, pc.page_tokens,
-           double(page_bytes * size_t(hp.n_layer)) / 1048576.0, quant::type_name(storage));
+           double(page_bytes * size_t(hp.n_layer)) / 1048576.0, storage);
     if (fit < pages)
       logger.info("KV pool {}: {} tokens fit in {:.0f} % of the device's {:.1f} MiB free ({} asked)",
-                  quant::type_name(storage), fit / hp.n_layer * pc.page_tokens, 100.0 * kDeviceKvShare,
+                  storage, fit / hp.n_layer * pc.page_tokens, 100.0 * kDeviceKvShare,
                   double(mem->free) / 1048576.0, pages / hp.n_layer * pc.page_tokens);
     pages = std::min(pages, fit);
   }
@@ -269,24 +273,25 @@ size_t Model::Impl::reserved_kv_bytes() const {
   return reserved;
 }
 
-std::shared_ptr<kv::Pool> Model::Impl::kv_pool(quant::DType storage) const {
+std::shared_ptr<kv::Pool> Model::Impl::kv_pool(kv::KVTypes types) const {
   std::lock_guard lock(kv_mutex);
-  if (const auto it = kv_pools.find(storage); it != kv_pools.end()) return it->second;
-  const kv::PoolConfig pc = pool_config(storage, reserved_kv_bytes());
+  if (const auto it = kv_pools.find(types); it != kv_pools.end()) return it->second;
+  const kv::PoolConfig pc = pool_config(types, reserved_kv_bytes());
   auto pool = std::make_shared<kv::Pool>(*owner_backend, pc);
-  kv_pools[storage] = pool;
-  logger.debug("KV pool {}: {} pages of {} tokens, {:.1f} MiB reserved", quant::type_name(storage), pc.n_pages,
+  kv_pools[types] = pool;
+  logger.debug("KV pool {}/{}: {} pages of {} tokens, {:.1f} MiB reserved", quant::type_name(types.k),
+               quant::type_name(types.v), pc.n_pages,
                pc.page_tokens, double(pool->stats().bytes_total()) / (1 << 20));
   return pool;
 }
 
 size_t Model::kv_pool_bytes(KVStorage storage, int32_t group_size) const {
   if (!impl_->loaded) return 0;
-  const quant::DType type = runtime::kv_dtype(storage, group_size);
+  const kv::KVTypes types = runtime::kv_types(storage, group_size);
   std::lock_guard lock(impl_->kv_mutex);
-  if (const auto it = impl_->kv_pools.find(type); it != impl_->kv_pools.end()) return it->second->stats().bytes_total();
-  const kv::PoolConfig pc = impl_->pool_config(type, impl_->reserved_kv_bytes());
-  return (quant::row_bytes(type, pc.k_width) + quant::row_bytes(type, pc.v_width)) * size_t(pc.page_tokens) *
+  if (const auto it = impl_->kv_pools.find(types); it != impl_->kv_pools.end()) return it->second->stats().bytes_total();
+  const kv::PoolConfig pc = impl_->pool_config(types, impl_->reserved_kv_bytes());
+  return (quant::row_bytes(types.k, pc.k_width) + quant::row_bytes(types.v, pc.v_width)) * size_t(pc.page_tokens) *
          size_t(pc.n_pages);
 }
 
@@ -301,21 +306,28 @@ runtime::Executor& Model::Impl::executor() const {
                                                      runtime::make_backend(options.backend, threads, options.device_index))
                                                : owner_backend;
     executor_ = std::make_unique<runtime::Executor>(*loaded, std::move(be),
-                                                    [this](quant::DType storage) { return kv_pool(storage); });
+                                                    [this](kv::KVTypes types) { return kv_pool(types); });
     logger.debug("executor: {} threads", threads);
   }
   return *executor_;
 }
 
-quant::DType runtime::kv_dtype(KVStorage storage, int32_t group_size) {
-  if (storage == KVStorage::int8 || storage == KVStorage::int4 || storage == KVStorage::int4o)
+kv::KVTypes runtime::kv_types(KVStorage storage, int32_t group_size) {
+  if (storage != KVStorage::f16 && storage != KVStorage::f32)
     require(group_size == 32 || group_size == 64, "KVCacheOptions::group_size must be 32 or 64, got {}", group_size);
+  const bool g32 = group_size == 32;
+  const quant::DType int8 = g32 ? quant::DType::kv_q8_g32 : quant::DType::kv_q8_g64;
+  const quant::DType int4 = g32 ? quant::DType::kv_q4_g32 : quant::DType::kv_q4_g64;
   switch (storage) {
-    case KVStorage::f16: return quant::DType::f16;
-    case KVStorage::f32: return quant::DType::f32;
-    case KVStorage::int8: return group_size == 32 ? quant::DType::kv_q8_g32 : quant::DType::kv_q8_g64;
-    case KVStorage::int4: return group_size == 32 ? quant::DType::kv_q4_g32 : quant::DType::kv_q4_g64;
-    case KVStorage::int4o: return group_size == 32 ? quant::DType::kv_q4o_g32 : quant::DType::kv_q4o_g64;
+    case KVStorage::f16: return {quant::DType::f16, quant::DType::f16};
+    case KVStorage::f32: return {quant::DType::f32, quant::DType::f32};
+    case KVStorage::int8: return {int8, int8};
+    case KVStorage::int4: return {int4, int4};
+    case KVStorage::int4o: {
+      const quant::DType t = g32 ? quant::DType::kv_q4o_g32 : quant::DType::kv_q4o_g64;
+      return {t, t};
+    }
+    case KVStorage::k8v4: return {int8, int4};
   }
   fail(ErrorCode::invalid_argument, "KVCacheOptions::storage has an unknown value {}", int(storage));
 }
@@ -323,10 +335,10 @@ quant::DType runtime::kv_dtype(KVStorage storage, int32_t group_size) {
 size_t Model::kv_bytes_per_token(KVStorage storage, int32_t group_size) const {
   if (!impl_->loaded) return 0;
   const model::HParams& hp = impl_->loaded->hparams;
-  const quant::DType type = runtime::kv_dtype(storage, group_size);
+  const kv::KVTypes types = runtime::kv_types(storage, group_size);
   const int64_t width = int64_t(hp.n_head_kv) * hp.head_dim_k;
-  if (width % quant::type_info(type).block_elems != 0) return 0;
-  return size_t(hp.n_layer) * 2 * quant::row_bytes(type, width);
+  if (width % quant::type_info(types.k).block_elems != 0) return 0;
+  return size_t(hp.n_layer) * (quant::row_bytes(types.k, width) + quant::row_bytes(types.v, width));
 }
 
 KVPoolMemory Model::kv_memory() const {

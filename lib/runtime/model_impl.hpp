@@ -36,12 +36,12 @@ struct Model::Impl {
 
   // KV page pools, one per storage type, made when a session first needs one.
   mutable std::mutex kv_mutex;
-  mutable std::map<quant::DType, std::shared_ptr<kv::Pool>> kv_pools;
-  std::shared_ptr<kv::Pool> kv_pool(quant::DType storage) const;
+  mutable std::map<kv::KVTypes, std::shared_ptr<kv::Pool>> kv_pools;
+  std::shared_ptr<kv::Pool> kv_pool(kv::KVTypes types) const;
   // The configuration of a new pool of `storage` when `reserved` bytes are reserved
   // by the others (ModelOptions::kv_pool_tokens, kv_memory_budget). Throws
   // invalid_argument when the budget has no room left. Call with kv_mutex held.
-  kv::PoolConfig pool_config(quant::DType storage, size_t reserved) const;
+  kv::PoolConfig pool_config(kv::KVTypes types, size_t reserved) const;
   size_t reserved_kv_bytes() const;  // kv_mutex held
 
   const tok::Tokenizer& require_tokenizer() const;
@@ -59,7 +59,8 @@ struct Model::Impl {
 
 namespace runtime {
 // The cache row type of a storage choice; throws invalid_argument for a bad group size.
-quant::DType kv_dtype(KVStorage storage, int32_t group_size);
+// The key and value row types of a storage choice (throws invalid_argument for a bad one).
+kv::KVTypes kv_types(KVStorage storage, int32_t group_size);
 }  // namespace runtime
 
 }  // namespace ember

@@ -26,7 +26,7 @@ Limits limits_for(const model::HParams& hp, const KVCacheOptions& kv, int32_t ch
   require(kv.max_tokens >= 1 && kv.max_tokens <= (1 << 24), "KVCacheOptions::max_tokens must be in [1, 2^24], got {}",
           kv.max_tokens);
   require(chunk >= 1 && chunk <= 65536, "SessionOptions::prefill_chunk_size must be in [1, 65536], got {}", chunk);
-  const quant::DType storage = kv_dtype(kv.storage, kv.group_size);
+  const quant::DType storage = kv_types(kv.storage, kv.group_size).k;  // both types' groups are group_size
   if (storage != quant::DType::f16 && storage != quant::DType::f32 &&
       hp.head_dim_k % int(quant::type_info(storage).block_elems) != 0)
     fail(ErrorCode::invalid_argument, "KVCacheOptions: a head of {} values is not a whole number of groups of {}",
@@ -70,9 +70,9 @@ Sequence::Sequence(std::shared_ptr<const Model> model, const KVCacheOptions& kv,
       ex_(m_.executor()),
       kv_(kv),
       cache_([&]() -> kv::KVCache& {
-        const quant::DType storage = kv_dtype(kv.storage, kv.group_size);
+        const kv::KVTypes types = kv_types(kv.storage, kv.group_size);
         std::lock_guard lock(ex_.mutex());
-        return ex_.cache(storage);
+        return ex_.cache(types);
       }()) {
   const Limits l = limits_for(m_.loaded->hparams, kv_, prefill_chunk_size);
   capacity_ = l.capacity;

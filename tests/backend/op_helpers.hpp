@@ -87,11 +87,13 @@ struct Placed {
   }
 };
 
-// K and V caches of type `storage`, [n_slots, k_new.cols], holding the rows of k_new and
-// v_new at `slots` (stored with the backend's kv_store).
+// K and V caches of type `storage` (V of `v_storage` where given), [n_slots, k_new.cols],
+// holding the rows of k_new and v_new at `slots` (stored with the backend's kv_store).
 inline std::pair<Tensor, Tensor> stored_kv(Placed& p, DType storage, int64_t n_slots, const HostTensor& k_new,
-                                           const HostTensor& v_new, const std::vector<int32_t>& slots) {
-  const Tensor kc = p.zeros(storage, n_slots, k_new.cols), vc = p.zeros(storage, n_slots, k_new.cols);
+                                           const HostTensor& v_new, const std::vector<int32_t>& slots,
+                                           std::optional<DType> v_storage = std::nullopt) {
+  const Tensor kc = p.zeros(storage, n_slots, k_new.cols);
+  const Tensor vc = p.zeros(v_storage.value_or(storage), n_slots, k_new.cols);
   const Tensor t_slots = p.put(i32(slots));
   ops::kv_store(p.be, p.put(k_new), kc, t_slots);
   ops::kv_store(p.be, p.put(v_new), vc, t_slots);

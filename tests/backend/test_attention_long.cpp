@@ -4,6 +4,7 @@
 // lengths around the tile, chunk and flash boundaries.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "backend/ops/attention.hpp"
@@ -30,7 +31,8 @@ struct LongResult {
 
 // Row 0: n_cells cells on pages in reversed order, cells 7, 600 and 1030 evicted (-1);
 // row 1: 10 cells on its own page with one query token; row 2: one token with no cells.
-LongResult run_long(Placed& p, DType storage, const LongScene& sc, std::mt19937 rng) {
+LongResult run_long(Placed& p, DType storage, const LongScene& sc, std::mt19937 rng,
+                    std::optional<DType> v_storage = std::nullopt) {
   const int n_pages0 = (sc.n_cells + kPage - 1) / kPage;
   const int n_slots = (n_pages0 + 1) * kPage;
   const int64_t width = int64_t(sc.n_kv) * sc.head_dim, q_width = int64_t(sc.n_head) * sc.head_dim;
@@ -58,7 +60,7 @@ LongResult run_long(Placed& p, DType storage, const LongScene& sc, std::mt19937 
     const HostTensor row = random_f32(1, q_width, row_rng, -3, 3);
     std::copy(row.bytes.begin(), row.bytes.end(), q.bytes.begin() + t * q_width * 4);
   }
-  const auto [kc, vc] = stored_kv(p, storage, n_slots, k_new, v_new, slots);
+  const auto [kc, vc] = stored_kv(p, storage, n_slots, k_new, v_new, slots, v_storage);
   backend::AttentionParams ap;
   ap.n_head = sc.n_head, ap.n_head_kv = sc.n_kv, ap.head_dim = sc.head_dim;
   ap.scale = 1.0f / std::sqrt(float(sc.head_dim)), ap.window = sc.window;
@@ -76,16 +78,19 @@ LongResult run_long(Placed& p, DType storage, const LongScene& sc, std::mt19937 
   return {p.get(out), sc.scores ? p.get(ap.score_acc) : std::vector<float>{}};
 }
 
-LongResult run_on(Backend& be, DType storage, const LongScene& sc) {
+LongResult run_on(Backend& be, DType storage, const LongScene& sc, std::optional<DType> v_storage = std::nullopt) {
   Placed placed{be, {}};
-  return run_long(placed, storage, sc, std::mt19937(21));
+  return run_long(placed, storage, sc, std::mt19937(21), v_storage);
 }
 
 }  // namespace
 
 TEST_CASE("attention over long sequences matches the reference for every KV type and level", "[ops][attention]") {
-  const DType storages[] = {DType::f32,       DType::f16,       DType::kv_q8_g32, DType::kv_q8_g64,
-                            DType::kv_q4_g32, DType::kv_q4_g64, DType::kv_q4o_g32};
+  // Key and value types: the same for every storage, int8 keys with int4 values for k8v4.
+  const std::pair<DType, DType> storages[] = {
+      {DType::f32, DType::f32},             {DType::f16, DType::f16},             {DType::kv_q8_g32, DType::kv_q8_g32},
+      {DType::kv_q8_g64, DType::kv_q8_g64}, {DType::kv_q4_g32, DType::kv_q4_g32}, {DType::kv_q4_g64, DType::kv_q4_g64},
+      {DType::kv_q4o_g32, DType::kv_q4o_g32}, {DType::kv_q8_g32, DType::kv_q4_g32}, {DType::kv_q8_g64, DType::kv_q4_g64}};
   struct Heads {
     int n_head, n_kv, head_dim;
   };
@@ -98,14 +103,15 @@ TEST_CASE("attention over long sequences matches the reference for every KV type
           sc.n_head = heads.n_head, sc.n_kv = heads.n_kv, sc.head_dim = heads.head_dim;
           sc.n_cells = n_cells, sc.window = window, sc.n_query = n_query;
           sc.scores = window == 0 && n_cells == 1601;
-          for (const DType storage : storages) {
-            const LongResult r = run_on(*ref, storage, sc);
+          for (const auto& [storage, v_storage] : storages) {
+            const LongResult r = run_on(*ref, storage, sc, v_storage);
             for (const cpu::Isa isa : cpu::available_isas()) {
               auto cpu_be = cpu::make_cpu_backend({.threads = 2, .isa = isa});
-              const LongResult c = run_on(*cpu_be, storage, sc);
-              INFO(quant::type_name(storage) << " heads " << heads.n_head << "/" << heads.n_kv << " hd "
-                                             << heads.head_dim << " cells " << n_cells << " window " << window
-                                             << " queries " << n_query << " isa " << cpu::isa_name(isa));
+              const LongResult c = run_on(*cpu_be, storage, sc, v_storage);
+              INFO(quant::type_name(storage) << "/" << quant::type_name(v_storage) << " heads " << heads.n_head << "/"
+                                             << heads.n_kv << " hd " << heads.head_dim << " cells " << n_cells
+                                             << " window " << window << " queries " << n_query << " isa "
+                                             << cpu::isa_name(isa));
               // The reference decodes the same stored values: only the summation order and
               // the fast exp differ (at 1024 cells and below an F16 cache also rounds queries
               // and probabilities to F16, as llama.cpp does).
@@ -119,6 +125,20 @@ TEST_CASE("attention over long sequences matches the reference for every KV type
         }
       }
     }
+  }
+}
+
+TEST_CASE("attention rejects keys and values of different float types", "[ops][attention]") {
+  // Mixed types only where both are quantized (k8v4); an F16 key cache with INT4 values
+  // is a typed error on every backend, not a misread.
+  LongScene sc;
+  sc.n_head = 4, sc.n_kv = 1, sc.head_dim = 64, sc.n_cells = 40, sc.n_query = 2;
+  auto ref = reference::make_reference_backend();
+  auto cpu_be = cpu::make_cpu_backend({.threads = 2});
+  for (Backend* be : {ref.get(), cpu_be.get()}) {
+    CHECK_THROWS_AS(run_on(*be, DType::f16, sc, DType::kv_q4_g32), ember::Error);
+    CHECK_THROWS_AS(run_on(*be, DType::kv_q8_g32, sc, DType::f32), ember::Error);
+    CHECK_NOTHROW(run_on(*be, DType::kv_q8_g32, sc, DType::kv_q4_g32));
   }
 }
 

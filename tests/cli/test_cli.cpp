@@ -255,12 +255,15 @@ TEST_CASE("llama.cpp's spellings are accepted where they mean the same", "[cli][
   CHECK(run_cli(run + "-f /nonexistent/prompt.txt --temp 0").code == 1);
   CHECK(run_cli(run + prompt + "-f " + file).code == 2);  // one or the other
 
-  // -ctk / -ctv = --kv-type (q8_0 = int8 g32, q4_1 = int4 g32); they must agree.
+  // -ctk / -ctv = --kv-type (q8_0 = int8 g32, q4_1 = int4 g32); they must agree, except
+  // q8_0 keys with q4_1 values (= k8v4).
   const std::string int8 = text_of(run_cli(run + prompt + "--temp 0 --kv-type int8"));
   CHECK(text_of(run_cli(run + prompt + "--temp 0 -ctk q8_0 -ctv q8_0")) == int8);
   CHECK(text_of(run_cli(run + prompt + "--temp 0 --cache-type-k q8_0")) == int8);
   CHECK(text_of(run_cli(run + prompt + "--temp 0 -ctk q4_1 -ctv q4_1")) ==
         text_of(run_cli(run + prompt + "--temp 0 --kv-type int4")));
+  CHECK(text_of(run_cli(run + prompt + "--temp 0 -ctk q8_0 -ctv q4_1")) ==
+        text_of(run_cli(run + prompt + "--temp 0 --kv-type k8v4")));
   const Run disagree = run_cli(run + prompt + "--temp 0 -ctk q8_0 -ctv f16");
   CHECK(disagree.code == 2);
   CHECK_THAT(disagree.out, Catch::Matchers::Contains("one type"));

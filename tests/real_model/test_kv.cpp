@@ -99,7 +99,7 @@ TEST_CASE("INT8 and INT4 storage stay close to F16 at a fraction of the bytes", 
   for (auto [storage, group, max_rise, ratio] :
        {std::tuple{KVStorage::int8, 32, 0.01, 34.0 / 64}, std::tuple{KVStorage::int8, 64, 0.01, 66.0 / 128},
         std::tuple{KVStorage::int4, 32, 0.05, 20.0 / 64}, std::tuple{KVStorage::int4, 64, 0.06, 36.0 / 128},
-        std::tuple{KVStorage::int4o, 32, 0.03, 26.0 / 64}}) {
+        std::tuple{KVStorage::int4o, 32, 0.03, 26.0 / 64}, std::tuple{KVStorage::k8v4, 32, 0.02, 27.0 / 64}}) {
     const auto [q, q_mem] = run(storage, group);
     const std::vector<double> mine = nll(q);
     double mean = 0, var = 0;
@@ -283,7 +283,7 @@ TEST_CASE("forks share the prefix pages and continue exactly like the parent", "
 TEST_CASE("saved state restores to identical logits; bad blobs are typed errors", "[kv_real]") {
   auto model = test::gemma();
   const auto ids = text_tokens(*model, 300);
-  for (KVStorage storage : {KVStorage::f16, KVStorage::int4}) {
+  for (KVStorage storage : {KVStorage::f16, KVStorage::int4, KVStorage::k8v4}) {
     const SessionOptions opts{.kv = {.max_tokens = 512, .storage = storage}, .threads = 2};
     auto a = model->new_session(opts);
     a->prefill(ids);

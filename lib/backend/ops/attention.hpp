@@ -37,12 +37,16 @@ inline void attention(backend::Backend& be, const backend::Tensor& q, const back
   expect_shape(op, "out", out, q.rows, q.cols);
   expect_shape(op, "k_cache", k_cache, k_cache.rows, int64_t(p.n_head_kv) * p.head_dim);
   expect_shape(op, "v_cache", v_cache, k_cache.rows, k_cache.cols);
-  if (k_cache.type != v_cache.type || !quant::is_kv_storage_type(k_cache.type))
+  // Keys and values share a type, or are both quantized (k8v4: int8 keys, int4 values).
+  const bool both_quantized = quant::kv::is_quantized(k_cache.type) && quant::kv::is_quantized(v_cache.type);
+  if (!quant::is_kv_storage_type(k_cache.type) || !quant::is_kv_storage_type(v_cache.type) ||
+      (k_cache.type != v_cache.type && !both_quantized))
     fail(ErrorCode::unsupported, "attention: cache types {}/{} are not supported", quant::type_name(k_cache.type),
          quant::type_name(v_cache.type));
-  if (const int group = quant::kv::group_size(k_cache.type); group != 0 && p.head_dim % group != 0)
-    fail(ErrorCode::invalid_argument, "attention: head_dim {} is not a multiple of the {} group size {}", p.head_dim,
-         quant::type_name(k_cache.type), group);
+  for (const DType t : {k_cache.type, v_cache.type})
+    if (const int group = quant::kv::group_size(t); group != 0 && p.head_dim % group != 0)
+      fail(ErrorCode::invalid_argument, "attention: head_dim {} is not a multiple of the {} group size {}", p.head_dim,
+           quant::type_name(t), group);
   if (k_cache.rows % p.page_tokens != 0)
     fail(ErrorCode::invalid_argument, "attention: {} cache slots are not whole pages of {}", k_cache.rows,
          p.page_tokens);
