@@ -119,11 +119,13 @@ def main():
         fig, ax = plt.subplots(figsize=(6, 4))
         for text in args.texts:
             base = results[(text, base_type, base_group)]
-            xs = [sizes.get((t, g), float("nan")) for t, g in kvs]
-            changes = [change(nlls[(text, base_type, base_group)], nlls[(text, t, g)]) for t, g in kvs]
+            # Points in the order of their bytes, so each text's line runs left to right.
+            order = sorted(kvs, key=lambda k: sizes.get(k, float("inf")))
+            xs = [sizes.get((t, g), float("nan")) for t, g in order]
+            changes = [change(nlls[(text, base_type, base_group)], nlls[(text, t, g)]) for t, g in order]
             ys, errs = [c[0] for c in changes], [c[1] for c in changes]
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=os.path.basename(text))
-            for x, y, (t, g) in zip(xs, ys, kvs):
+            for x, y, (t, g) in zip(xs, ys, order):
                 ax.annotate(t + (f" g{g}" if t not in ("f16", "f32") else ""), (x, y), fontsize=6,
                             textcoords="offset points", xytext=(3, 3))
         ax.axhline(0, color="grey", linewidth=0.5)
