@@ -53,6 +53,12 @@ uint32_t storage_tag(const PoolConfig& pc) {
   return v == k ? k : k | v << 16;
 }
 
+// The cache's types by name, for errors ("kv_q8_g32", or keys/values where they differ).
+std::string storage_name(const PoolConfig& pc) {
+  const std::string k(quant::type_name(pc.storage));
+  return pc.value_storage() == pc.storage ? k : k + "/" + std::string(quant::type_name(pc.value_storage()));
+}
+
 }  // namespace
 
 void KVCache::save(int32_t seq, std::string& out) const {
@@ -107,7 +113,7 @@ void KVCache::load(int32_t seq, std::string_view blob) {
       page_tokens_saved != pc.page_tokens || n_layer != config_.n_layer)
     fail(ErrorCode::invalid_argument,
          "KV state: saved with storage {}, rows {}/{}, pages of {}, {} layers; this cache has {}, {}/{}, {}, {}",
-         storage, k_width, v_width, page_tokens_saved, n_layer, storage_tag(pc), pc.k_width, pc.v_width,
+         storage, k_width, v_width, page_tokens_saved, n_layer, storage_name(pc), pc.k_width, pc.v_width,
          pc.page_tokens, config_.n_layer);
   const auto next_idx = r.get<int32_t>();
   if (next_idx < 0) return;
