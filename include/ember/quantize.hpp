@@ -35,8 +35,8 @@ EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
 // How the quantized values are chosen (`--method`).
 enum class QuantMethod {
   rtn,    // round to nearest: llama-quantize's bytes
-  gptq,   // GPTQ (Frantar et al. 2022) onto the Q4_0 / Q4_K / Q4_G128 / Q4_G64 grids with
-          // calibration Hessians; recipes Q4_0, Q4_K, Q4_K_M, Q4_G128, Q4_G64
+  gptq,   // GPTQ (Frantar et al. 2022) onto the planned type's grid (every GGUF block
+          // type, Q4_G128, Q4_G64) with calibration Hessians; every recipe but Q8_W
   awq,    // AWQ (Lin et al. 2023): per-channel scales searched on calibration data, folded
           // into the norms / ffn_up rows before the projections; any recipe
   smoothquant,  // SmoothQuant (Xiao et al. 2023): AWQ's folding with the fixed-alpha scales
@@ -115,11 +115,10 @@ struct QuantizeOptions {
   int threads = 1;                // worker threads for the rows of each tensor, >= 1 (1: the calling thread only)
   bool pure = false;              // every quantizable tensor in the recipe's base type (llama-quantize --pure)
   std::function<void(const QuantizeProgress&)> on_tensor;   // optional
-  // --method gptq: the recipe must be Q4_0, Q4_K or Q4_K_M. Every tensor whose planned
-  // type is Q4_0 or Q4_K and whose input the calibration saw (the dense attention and
-  // feed-forward projections) is quantized by GPTQ; the others (the output matrix's
-  // Q6_K/Q8_0, Q4_K_M's Q6_K layers, Q5_0 fallbacks for rows no K type holds, MoE
-  // experts) as by rtn.
+  // --method gptq: any recipe but Q8_W. Every tensor whose input the calibration saw
+  // (the dense attention and feed-forward projections) is quantized by GPTQ onto its
+  // planned type (a mixture's Q6_K layers and Q5_0 fallbacks too); the others (the
+  // output matrix, embeddings, MoE experts) as by rtn. GPTQ runs on `threads` threads.
   // --method awq: any recipe; the q/k/v, gate/up and down projections of each layer are
   // quantized after AWQ's scaling, and attn_norm, ffn_norm (written as F32) and ffn_up's
   // rows absorb the inverse scales; everything else as by rtn.
@@ -204,7 +203,7 @@ struct QuantizeReport {
 // Throws ember::Error: invalid_argument (threads < 1), io (cannot read / write / rename,
 // disk full), malformed_file (not GGUF, truncated, non-finite weights), unsupported
 // (architecture ember does not know, a tensor type it cannot read, rows no type fits;
-// gptq with a recipe other than Q4_0, Q4_K, Q4_K_M). gptq/awq: io for an unreadable
+// gptq with the Q8_W recipe). gptq/awq: io for an unreadable
 // calibration text, invalid_argument for one too short for a single sample, bad
 // samples/damp, or act_order without gptq. The gate:
 // invalid_argument for max_ppl_rise without a text to evaluate, a calibration text too

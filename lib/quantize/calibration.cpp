@@ -2,12 +2,13 @@
 #include "quantize/calibration.hpp"
 
 #include <Eigen/Core>
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <fstream>
-#include <thread>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include "common/fail.hpp"
 #include "kv/kv_cache.hpp"
@@ -113,19 +114,24 @@ Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const Calib
     const Eigen::Map<const RowMajorF> x(rows.data(), n, cols);
     RowMajorF& sample = scratch[cols];
     if (sample.rows() != cols) sample.resize(cols, cols);
-    // Rows [a, b) of the lower triangle (columns [0, b)) per thread, bands of equal area.
+    // Rows [a, b) of the lower triangle (columns [0, b)) at a time, in fixed bands of 64
+    // rows taken by the threads widest first: each band is the same product whatever
+    // the thread count, so the Hessian's bits do not depend on it.
     const auto band = [&](int64_t a, int64_t b) {
-      if (b <= a) return;
       sample.block(a, 0, b - a, b).noalias() = x.middleCols(a, b - a).transpose() * x.leftCols(b);
       double* h = acc.hessian->h.data();
       for (int64_t i = a; i < b; ++i)
         for (int64_t j = 0; j <= i; ++j) h[i * cols + j] += double(sample(i, j));
     };
-    const int n_threads = int(std::min<int64_t>(settings.threads, std::max<int64_t>(1, cols / 64)));
-    std::vector<int64_t> edges(size_t(n_threads) + 1);
-    for (int t = 0; t <= n_threads; ++t) edges[size_t(t)] = int64_t(double(cols) * std::sqrt(double(t) / n_threads));
-    edges.back() = cols;
-    run_parallel(n_threads, [&](int t) { band(edges[size_t(t)], edges[size_t(t) + 1]); });
+    constexpr int64_t kBand = 64;
+    const int64_t n_bands = (cols + kBand - 1) / kBand;
+    std::atomic<int64_t> next{0};
+    run_parallel(int(std::min<int64_t>(settings.threads, n_bands)), [&](int) {
+      for (int64_t k; (k = next.fetch_add(1)) < n_bands;) {
+        const int64_t band_index = n_bands - 1 - k;
+        band(band_index * kBand, std::min(cols, (band_index + 1) * kBand));
+      }
+    });
     acc.hessian->rows_seen += n;
   });
 

@@ -4,6 +4,8 @@
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -12,6 +14,7 @@
 #include "common/fail.hpp"
 #include "quant/blocks.hpp"
 #include "quant/formats.hpp"
+#include "quantize/calibration.hpp"
 #include "quantize/k_search.hpp"
 
 namespace ember::quantize {
@@ -21,48 +24,105 @@ using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;   // colu
 
 // ---- The grids: choose a block's grid from its values, code one value on it ----
 
-// llama.cpp's Q4_0 (quantize_row_q4_0_ref) with the scale of each (row, block) kept
-// unrounded, as that rule divides by it before it is stored as fp16.
-class GridQ4_0 {
+// The 32-value types by llama.cpp's reference rules (lib/quant/<type>.cpp,
+// weight_quantizers.hpp), with each (row, block)'s unrounded scale and minimum kept, as
+// those rules divide by them before they are stored as fp16:
+//   Q4_0 / Q5_0 (L = 16 / 32 levels): d = the value of largest magnitude (the first one
+//     on ties) / -(L / 2); q = min(L - 1, trunc(x / d + L / 2 + 0.5)); x' = (q - L / 2) d;
+//   Q4_1 / Q5_1: m = min, d = (max - min) / (L - 1); q = min(L - 1, trunc((x - m) / d +
+//     0.5)); x' = d q + m;
+//   Q8_0 (the file rule): d = max |x| / 127, q = round-half-away(x / d); x' = d q.
+// A value updated after its block's grid was chosen can fall outside the grid: its code
+// is clamped to the levels (to [-127, 127] for Q8_0), where the C casts of the rules
+// would be undefined or negative.
+template <quant::DType T>
+class Grid32 {
  public:
-  static constexpr int64_t kWidth = quant::kQK;   // 32 columns per block
+  static constexpr int64_t kWidth = quant::kQK;
+  static constexpr bool kQ8 = T == quant::DType::q8_0;
+  static constexpr bool kOffset = T == quant::DType::q4_1 || T == quant::DType::q5_1;
+  static constexpr bool kFiveBits = T == quant::DType::q5_0 || T == quant::DType::q5_1;
+  static constexpr int kLevels = kFiveBits ? 32 : 16;
 
-  GridQ4_0(void* dst, int64_t rows, int64_t cols)
-      : blocks_(static_cast<quant::BlockQ4_0*>(dst)), per_row_(cols / kWidth), inv_scale_(size_t(rows * per_row_)) {}
+  Grid32(void* dst, int64_t rows, int64_t cols)
+      : bytes_(static_cast<uint8_t*>(dst)),
+        per_row_(cols / kWidth),
+        inv_scale_(size_t(rows * per_row_)),
+        min_(kOffset ? size_t(rows * per_row_) : 0) {}
 
-  // Row r's block b from its values x[0, 32): the scale is the value of largest
-  // magnitude (the first one on ties) divided by -8; the codes are cleared.
+  // Row r's block b from its values x[0, 32): the grid is stored, the codes cleared.
   void start(int64_t r, int64_t b, const float* x) {
-    float amax = 0.0f, max = 0.0f;
-    for (int64_t j = 0; j < kWidth; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    const float d = max / -8;
-    inv_scale_[size_t(r * per_row_ + b)] = d != 0.0f ? 1.0f / d : 0.0f;
-    quant::BlockQ4_0& out = blocks_[r * per_row_ + b];
-    out.d = fp32_to_fp16(d);
-    std::memset(out.qs, 0, sizeof out.qs);
+    const size_t k = size_t(r * per_row_ + b);
+    float d;
+    if constexpr (kOffset) {
+      float lo = x[0], hi = x[0];
+      for (int64_t j = 1; j < kWidth; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+      d = (hi - lo) / float(kLevels - 1);
+      min_[k] = lo;
+    } else if constexpr (kQ8) {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < kWidth; ++j) amax = std::max(amax, std::fabs(x[j]));
+      d = amax / 127;
+    } else {
+      float amax = 0.0f, max = 0.0f;
+      for (int64_t j = 0; j < kWidth; ++j)
+        if (amax < std::fabs(x[j])) {
+          amax = std::fabs(x[j]);
+          max = x[j];
+        }
+      d = max / -float(kLevels / 2);
+    }
+    inv_scale_[k] = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* blk = block(r, b);
+    const uint16_t d16 = fp32_to_fp16(d);
+    std::memcpy(blk, &d16, 2);
+    if constexpr (kOffset) {
+      const uint16_t m16 = fp32_to_fp16(min_[k]);
+      std::memcpy(blk + 2, &m16, 2);
+    }
+    std::memset(blk + kHeader, 0, kBlockBytes - kHeader);
   }
 
   // Codes row r's value x of column c; returns the value a reader dequantizes.
   double code(int64_t r, int64_t c, float x) {
-    const int64_t b = c / kWidth, i = c % kWidth;
-    quant::BlockQ4_0& out = blocks_[r * per_row_ + b];
-    // llama.cpp's level min(15, (int8)(x / d + 8.5)), clamped to [0, 15] as well: a
-    // value updated after its block's scale was chosen can lie outside [-8, 8] (where
-    // the C cast would be undefined or negative).
-    const float t = x * inv_scale_[size_t(r * per_row_ + b)] + 8.5f;
-    const int q = !(t > 0.0f) ? 0 : t >= 15.0f ? 15 : int(t);
-    out.qs[i % 16] |= uint8_t(q << (i < 16 ? 0 : 4));
-    return double(float(q - 8) * fp16_to_fp32(out.d));
+    const int64_t b = c / kWidth;
+    const int i = int(c % kWidth);
+    const size_t k = size_t(r * per_row_ + b);
+    uint8_t* blk = block(r, b);
+    uint16_t d16;
+    std::memcpy(&d16, blk, 2);
+    const float d = fp16_to_fp32(d16);
+    if constexpr (kQ8) {
+      const int q = int(std::clamp(std::round(x * inv_scale_[k]), -127.0f, 127.0f));
+      blk[2 + i] = uint8_t(int8_t(q));
+      return double(d * float(q));
+    } else {
+      const float t = kOffset ? (x - min_[k]) * inv_scale_[k] + 0.5f : x * inv_scale_[k] + (float(kLevels / 2) + 0.5f);
+      const int q = !(t > 0.0f) ? 0 : t >= float(kLevels - 1) ? kLevels - 1 : int(t);
+      // The low nibble in qs (value i < 16: low half of byte i, else high half of byte
+      // i - 16); Q5's fifth bit is bit i of the 32-bit qh word before qs.
+      uint8_t* qs = blk + kHeader + (kFiveBits ? 4 : 0);
+      qs[i % 16] = uint8_t(qs[i % 16] | ((q & 15) << (i < 16 ? 0 : 4)));
+      if constexpr (kFiveBits) blk[kHeader + i / 8] = uint8_t(blk[kHeader + i / 8] | ((q >> 4) << (i % 8)));
+      if constexpr (kOffset) {
+        uint16_t m16;
+        std::memcpy(&m16, blk + 2, 2);
+        return double(quant::mul_then_add(float(q), d, fp16_to_fp32(m16)));
+      } else {
+        return double(float(q - kLevels / 2) * d);
+      }
+    }
   }
 
  private:
-  quant::BlockQ4_0* blocks_;
+  static constexpr size_t kHeader = kOffset ? 4 : 2;   // fp16 d, and m
+  static constexpr size_t kBlockBytes = kQ8 ? 34 : kHeader + (kFiveBits ? 4 : 0) + 16;
+  static_assert(kBlockBytes == (kQ8 ? sizeof(quant::BlockQ8_0) : !kFiveBits ? (kOffset ? sizeof(quant::BlockQ4_1) : sizeof(quant::BlockQ4_0)) : (kOffset ? sizeof(quant::BlockQ5_1) : sizeof(quant::BlockQ5_0))));
+  uint8_t* block(int64_t r, int64_t b) { return bytes_ + size_t(r * per_row_ + b) * kBlockBytes; }
+  uint8_t* bytes_;
   int64_t per_row_;
   std::vector<float> inv_scale_;   // [rows][blocks]: 1 / d, 0 for d = 0
+  std::vector<float> min_;         // [rows][blocks]: the unrounded minimum (Q4_1, Q5_1)
 };
 
 // Q4_K: the grid (and the codes of the block as it stood) of the searched quantizer;
@@ -93,6 +153,73 @@ class GridQ4_K {
 
  private:
   quant::BlockQ4_K* blocks_;
+  int64_t per_row_;
+};
+
+// Q5_K: as Q4_K with codes in [0, 32), the fifth bit of value l of sub-block s in bit s
+// of qh[l] (the searched quantizer's last step recodes the same way).
+class GridQ5_K {
+ public:
+  static constexpr int64_t kWidth = quant::kQKK;
+
+  GridQ5_K(void* dst, int64_t, int64_t cols) : blocks_(static_cast<quant::BlockQ5_K*>(dst)), per_row_(cols / kWidth) {}
+
+  void start(int64_t r, int64_t b, const float* x) { quantize_q5_k_searched(x, &blocks_[r * per_row_ + b], kWidth); }
+
+  double code(int64_t r, int64_t c, float x) {
+    quant::BlockQ5_K& blk = blocks_[r * per_row_ + c / kWidth];
+    const int64_t i = c % kWidth;
+    const int sub = int(i / 32), l = int(i % 32);
+    const quant::KScales k = quant::unpack_k_scales(blk.scales);
+    const float step = quant::load_fp16(blk.d) * float(k.sc[sub]), offset = quant::load_fp16(blk.dmin) * float(k.mn[sub]);
+    uint8_t& byte = blk.qs[32 * (sub / 2) + l];
+    const int shift = 4 * (sub % 2);
+    int q = ((byte >> shift) & 15) | (((blk.qh[l] >> sub) & 1) << 4);   // kept where the step is 0
+    if (step != 0) {
+      q = std::clamp(int(std::nearbyint((x + offset) / step)), 0, 31);
+      byte = uint8_t((byte & ~(15 << shift)) | ((q & 15) << shift));
+      blk.qh[l] = uint8_t((blk.qh[l] & ~(1 << sub)) | ((q >> 4) << sub));
+    }
+    return double(quant::mul_then_add(step, float(q), -offset));
+  }
+
+ private:
+  quant::BlockQ5_K* blocks_;
+  int64_t per_row_;
+};
+
+// Q6_K: 16 sub-blocks of 16 with signed 8-bit scales; each value is recoded as the
+// searched quantizer's last step does, q = clamp(round(x / (d * sc_s)), -32, 31) + 32,
+// and dequantized (d * sc_s) * (q - 32). Layout (blocks.hpp): in half h of 128 values,
+// value l of quarter u (32 values each) has its low nibble in ql[64 h + l + 32 (u & 1)]
+// (the high half for u >= 2) and its top two bits at 2u in qh[32 h + l].
+class GridQ6_K {
+ public:
+  static constexpr int64_t kWidth = quant::kQKK;
+
+  GridQ6_K(void* dst, int64_t, int64_t cols) : blocks_(static_cast<quant::BlockQ6_K*>(dst)), per_row_(cols / kWidth) {}
+
+  void start(int64_t r, int64_t b, const float* x) { quantize_q6_k_searched(x, &blocks_[r * per_row_ + b], kWidth); }
+
+  double code(int64_t r, int64_t c, float x) {
+    quant::BlockQ6_K& blk = blocks_[r * per_row_ + c / kWidth];
+    const int i = int(c % kWidth);
+    const int h = i / 128, u = (i % 128) / 32, l = i % 32;
+    uint8_t& low = blk.ql[64 * h + l + 32 * (u & 1)];
+    uint8_t& high = blk.qh[32 * h + l];
+    const int low_shift = u < 2 ? 0 : 4;
+    const float step = quant::load_fp16(blk.d) * float(blk.scales[i / 16]);
+    int q = ((low >> low_shift) & 15) | (((high >> (2 * u)) & 3) << 4);   // kept where the step is 0
+    if (step != 0) {
+      q = std::clamp(int(std::nearbyint(x / step)), -32, 31) + 32;
+      low = uint8_t((low & ~(15 << low_shift)) | ((q & 15) << low_shift));
+      high = uint8_t((high & ~(3 << (2 * u))) | ((q >> 4) << (2 * u)));
+    }
+    return double(step * float(q - 32));
+  }
+
+ private:
+  quant::BlockQ6_K* blocks_;
   int64_t per_row_;
 };
 
@@ -186,24 +313,18 @@ Factor factor_hessian(const double* hessian, int64_t cols, const GptqOptions& op
 
 // ---- The column loop ----
 
+// Rows [r0, r0 + rows) of W (all rows are independent given H): their codes go to dst,
+// which points at row r0's bytes.
 template <class Grid>
-void run_gptq(const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
-              const GptqOptions& options) {
+void gptq_rows(const float* weights, int64_t rows, int64_t cols, const Factor& f, void* dst, const GptqOptions& options) {
   constexpr int64_t kWidth = Grid::kWidth;
-  require(cols % kWidth == 0, "gptq: {} x {} weights: the row length must be a positive multiple of {}", rows, cols, kWidth);
-  if (rows == 0) return;
-  const Factor f = factor_hessian(hessian, cols, options);
   const MatrixD& u = f.u;
   std::vector<int64_t> position(static_cast<size_t>(cols));   // position[c]: where column c is quantized
   for (int64_t k = 0; k < cols; ++k) position[size_t(f.order[size_t(k)])] = k;
 
   MatrixD w(rows, cols);   // permuted, column-major: one column's update runs over contiguous rows
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = weights[r * cols + c];
-      if (!std::isfinite(v)) fail(ErrorCode::malformed_file, "gptq: weight ({}, {}) is not finite ({})", r, c, v);
-      w(r, position[size_t(c)]) = f.dead[size_t(c)] ? 0.0 : double(v);
-    }
+    for (int64_t c = 0; c < cols; ++c) w(r, position[size_t(c)]) = f.dead[size_t(c)] ? 0.0 : double(weights[r * cols + c]);
 
   Grid grid(dst, rows, cols);
   std::vector<bool> started(static_cast<size_t>(cols / kWidth), false);
@@ -238,27 +359,66 @@ void run_gptq(const float* weights, int64_t rows, int64_t cols, const double* he
   }
 }
 
+// Rows go in fixed chunks of kRowChunk, so the bytes do not depend on the thread count.
+constexpr int64_t kRowChunk = 64;
+
+template <class Grid>
+void run_gptq(quant::DType type, const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
+              const GptqOptions& options) {
+  constexpr int64_t kWidth = Grid::kWidth;
+  require(cols % kWidth == 0, "gptq: {} x {} weights: the row length must be a positive multiple of {}", rows, cols, kWidth);
+  if (rows == 0) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = weights[r * cols + c];
+      if (!std::isfinite(v)) fail(ErrorCode::malformed_file, "gptq: weight ({}, {}) is not finite ({})", r, c, v);
+    }
+  const Factor f = factor_hessian(hessian, cols, options);
+  const size_t row_bytes = quant::row_bytes(type, cols);
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const int n = int(std::min<int64_t>(options.threads, chunks));
+  std::atomic<int64_t> next{0};
+  run_parallel(n, [&](int) {
+    for (int64_t k; (k = next.fetch_add(1)) < chunks;) {
+      const int64_t r0 = k * kRowChunk, nr = std::min(kRowChunk, rows - r0);
+      gptq_rows<Grid>(weights + r0 * cols, nr, cols, f, static_cast<std::byte*>(dst) + size_t(r0) * row_bytes, options);
+    }
+  });
+}
+
 }  // namespace
 
 bool gptq_can_write(quant::DType type) {
-  return type == quant::DType::q4_0 || type == quant::DType::q4_k || type == quant::DType::q4_g128 ||
-         type == quant::DType::q4_g64;
+  using quant::DType;
+  switch (type) {
+    case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
+    case DType::q4_k: case DType::q5_k: case DType::q6_k: case DType::q4_g128: case DType::q4_g64: return true;
+    default: return false;
+  }
 }
 
 void gptq_quantize(quant::DType type, const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
                    const GptqOptions& options) {
   if (!gptq_can_write(type))
-    fail(ErrorCode::unsupported, "gptq: writes Q4_0, Q4_K, Q4_G128 and Q4_G64, not {}", quant::type_name(type));
+    fail(ErrorCode::unsupported, "gptq: writes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q4_G128 and Q4_G64, not {}",
+         quant::type_name(type));
   require(rows >= 0 && cols > 0, "gptq: {} x {} weights: the row length must be a positive multiple of the block", rows,
           cols);
   require(options.damp > 0 && std::isfinite(options.damp), "gptq: damp is {}, must be > 0", options.damp);
+  require(options.threads >= 1, "gptq: threads is {}, must be at least 1", options.threads);
   require(options.block_columns > 0 && options.block_columns % quant::kQK == 0,
           "gptq: block_columns is {}, must be a positive multiple of 32", options.block_columns);
   switch (type) {
-    case quant::DType::q4_0: return run_gptq<GridQ4_0>(weights, rows, cols, hessian, dst, options);
-    case quant::DType::q4_k: return run_gptq<GridQ4_K>(weights, rows, cols, hessian, dst, options);
-    case quant::DType::q4_g128: return run_gptq<GridQ4G<128>>(weights, rows, cols, hessian, dst, options);
-    default: return run_gptq<GridQ4G<64>>(weights, rows, cols, hessian, dst, options);
+    case quant::DType::q4_0: return run_gptq<Grid32<quant::DType::q4_0>>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q4_1: return run_gptq<Grid32<quant::DType::q4_1>>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q5_0: return run_gptq<Grid32<quant::DType::q5_0>>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q5_1: return run_gptq<Grid32<quant::DType::q5_1>>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q8_0: return run_gptq<Grid32<quant::DType::q8_0>>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q4_k: return run_gptq<GridQ4_K>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q5_k: return run_gptq<GridQ5_K>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q6_k: return run_gptq<GridQ6_K>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q4_g128: return run_gptq<GridQ4G<128>>(type, weights, rows, cols, hessian, dst, options);
+    default: return run_gptq<GridQ4G<64>>(type, weights, rows, cols, hessian, dst, options);
   }
 }
 

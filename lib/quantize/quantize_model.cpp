@@ -182,7 +182,7 @@ RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, i
   return total;
 }
 
-// All rows of `t` by GPTQ onto `type` (Q4_0 or Q4_K) with the calibration Hessian `h`.
+// All rows of `t` by GPTQ onto `type` with the calibration Hessian `h`.
 RowSums gptq_tensor(const gguf::TensorInfo& t, DType type, const quantize::Hessian& h,
                     const quantize::GptqOptions& gptq_options, std::byte* out) {
   const int64_t rows = t.rows(), cols = t.cols();
@@ -298,8 +298,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
               "quantize: smooth_alpha is {}, must be in [0, 1]", options.smooth_alpha);
     if (gptq && !quantize::gptq_can_write(recipe.base))
       fail(ErrorCode::unsupported,
-           "quantize: --method gptq writes Q4_0, Q4_K, Q4_G128 and Q4_G64 (recipes Q4_0, Q4_K, Q4_K_M, Q4_G128, "
-           "Q4_G64), not {}",
+           "quantize: --method gptq writes the GGUF block types and Q4_G128 / Q4_G64, not {}",
            recipe.name);
     require(!options.calibration_text.empty(), "quantize: --method {} needs a calibration text (--calib FILE)", method);
     require(options.samples >= 1, "quantize: samples is {}, must be at least 1", options.samples);
@@ -502,7 +501,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     const auto transform = awq_plan.transforms.find(t.name);
     const quantize::AwqTransform* awq_transform = transform != awq_plan.transforms.end() ? &transform->second : nullptr;
     w.sums = use_gptq ? gptq_tensor(t, type, *calibration.hessians.at(t.name),
-                                    {.damp = options.damp, .act_order = options.act_order}, w.owned.data())
+                                    {.damp = options.damp, .act_order = options.act_order, .threads = options.threads},
+                                    w.owned.data())
                       : quantize_tensor(t, type, w.owned.data(), options.threads, awq_transform);
     w.bytes = w.owned;
   };
@@ -536,8 +536,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
       w.bytes = std::span(t.data, t.n_bytes);
     } else {
       const auto hessian = calibration.hessians.find(t.name);
-      // GPTQ where the planned type is one it writes (Q4_0, Q4_K; a mixture's Q6_K,
-      // Q5_0 fallbacks etc. stay round-to-nearest) and the calibration saw the input.
+      // GPTQ where the planned type is one it writes (every GGUF block type and Q4_G*:
+      // a mixture's Q6_K and Q5_0 fallbacks too) and the calibration saw the input.
       q.gptq = gptq && quantize::gptq_can_write(plan.type) && hessian != calibration.hessians.end() &&
                hessian->second->cols == t.cols();
       const auto transform = awq_plan.transforms.find(t.name);

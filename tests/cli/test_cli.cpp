@@ -370,10 +370,10 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
   CHECK(unwritable.code == 1);
   CHECK_THAT(unwritable.out, Catch::Matchers::Contains("error (io)"));
   CHECK_THAT(unwritable.out, Catch::Matchers::Contains("cannot create a file in '/nonexistent/dir'"));
-  const Run gptq_type = run_cli("quantize " + in + " " + out + " --type Q5_K_M --method gptq --calib /etc/hostname");
+  const Run gptq_type = run_cli("quantize " + in + " " + out + " --type Q8_W --method gptq --calib /etc/hostname");
   CHECK(gptq_type.code == 1);
   CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("error (unsupported)"));
-  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("Q4_G64), not Q5_K_M"));
+  CHECK_THAT(gptq_type.out, Catch::Matchers::Contains("Q4_G64, not Q8_W"));
   const Run no_text = run_cli("quantize " + in + " " + out + " --type Q4_0 --method gptq --calib /nonexistent/calib.txt");
   CHECK(no_text.code == 1);
   CHECK_THAT(no_text.out, Catch::Matchers::Contains("error (io)"));
