@@ -36,7 +36,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
                                           "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
                                           "--max-ppl-rise", "--budget", "--bpw", "--sensitivity", "--gate-step",
                                           "--gate-rounds", "--smooth-alpha"};
-  const std::vector<std::string> switches = {"--pure", "--no-gate", "--act-order"};
+  const std::vector<std::string> switches = {"--pure", "--no-gate", "--act-order", "--no-awq-clip"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -93,6 +93,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     if (!args.has("--calib")) throw UsageError(fmt::format("--method {} needs --calib FILE", method));
     if (method != "gptq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
     if (method != "gptq" && args.has("--act-order")) throw UsageError("--act-order is used by --method gptq only");
+    if (method != "awq" && args.has("--no-awq-clip")) throw UsageError("--no-awq-clip is used by --method awq only");
+    options.awq_clip = !args.has("--no-awq-clip");
     options.act_order = args.has("--act-order");
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);
@@ -111,6 +113,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     throw UsageError(fmt::format("unknown method '{}' (rtn, gptq, awq, smoothquant)", method));
   } else if (args.has("--act-order")) {
     throw UsageError("--act-order is used by --method gptq only");
+  } else if (args.has("--no-awq-clip")) {
+    throw UsageError("--no-awq-clip is used by --method awq only");
   } else if (args.has("--smooth-alpha")) {
     throw UsageError("--smooth-alpha is used by --method smoothquant only");
   } else if (args.has("--calib")) {
@@ -214,7 +218,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::string& out = positional[1];
   options.on_tensor = [](const QuantizeProgress& p) {
     const QuantizedTensor& t = *p.tensor;
-    const std::string awq = (t.awq ? fmt::format(" (awq alpha {:.2f})", t.awq_alpha) : "") +
+    const std::string awq = (t.awq ? fmt::format(" (awq alpha {:.2f}{})", t.awq_alpha,
+                                                  t.quantized && t.awq_clipped > 0
+                                                      ? fmt::format(", {:.0f}% of blocks clipped", 100.0 * t.awq_clipped)
+                                                      : "")
+                                   : "") +
                             (t.mixed ? fmt::format(" (mixed, sensitivity {:.2e})", t.sensitivity) : "");
     std::string what = t.quantized ? fmt::format("{} -> {}{}{}{}, rel. error {:.5f}", t.type_in, t.type_out,
                                                   t.gptq ? " (gptq)" : "", awq, t.fallback ? " (fallback)" : "",

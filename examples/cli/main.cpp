@@ -94,9 +94,8 @@ speculative decoding (lossless: the same tokens as without it):
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
-                         with calibration Hessians onto standard Q4_0 / Q4_K blocks or ember's
-                         groups (TYPE Q4_0, Q4_K, Q4_K_M, Q4_G128, Q4_G64; a mixture's other
-                         types stay round-to-nearest);
+                         with calibration Hessians onto each projection's type (every GGUF
+                         block type and ember's groups; any TYPE but Q8_W), on -t threads;
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE);
                          smoothquant: SmoothQuant's fixed-alpha scales folded the same way, which
                          move activation outliers into the weights (for TYPE Q8_W, W8A8)
@@ -107,6 +106,9 @@ speculative decoding (lossless: the same tokens as without it):
   --sample-tokens T      tokens per calibration window, BOS first (default 512)
   --damp D               gptq: damping, lambda = D * mean(diag H) (default 0.01)
   --act-order            gptq: columns in order of decreasing Hessian diagonal
+  --no-awq-clip          awq: no clipping search (by default each block of Q4_0/Q4_1/Q5_0/Q5_1/
+                         Q8_0/Q4_G* is clamped to the ratio of its range, 1 down to 0.5, that
+                         gives the smallest output error on the calibration inputs)
   --budget SIZE, --bpw B mixed precision: the layers' projections take types from Q4_K..Q8_0
                          (K types) or Q4_0/Q5_0/Q8_0 so that the tensor data fits SIZE (200M,
                          1.2G) or B bits per weight, the most sensitive kept widest

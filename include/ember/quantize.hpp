@@ -74,6 +74,7 @@ struct QuantizedTensor {
   bool gptq = false;              // quantized by GPTQ (else round-to-nearest)
   bool awq = false;               // AWQ: quantized after scaling its columns, or a norm weight divided by the scales
   double awq_alpha = 0;           // AWQ: the exponent chosen (0: the scales are 1, round-to-nearest)
+  double awq_clipped = 0;         // AWQ's clipping search: share of the blocks whose range was clipped
   bool fallback = false;          // rows not a multiple of the chosen type's block: a wider type was used
   uint64_t bytes_in = 0;          // data bytes in the input
   uint64_t bytes_out = 0;         // data bytes in the output
@@ -130,6 +131,9 @@ struct QuantizeOptions {
   // GPTQ act-order: columns quantized in order of decreasing H[i][i] (each block's grid
   // chosen when its first column in that order comes up; docs/quantization.md). gptq only.
   bool act_order = false;
+  // AWQ's clipping search after the scales (awq only; docs/quantization.md): per block of
+  // Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_G*, the clamp ratio of smallest output error. On by default.
+  bool awq_clip = true;
   // SmoothQuant's migration strength alpha in [0, 1] (smoothquant only; the paper's default 0.5).
   double smooth_alpha = 0.5;
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional

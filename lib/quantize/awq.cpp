@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/fail.hpp"
@@ -29,6 +30,62 @@ std::vector<float> scales_for(const std::vector<double>& rms, double alpha) {
 }
 
 }  // namespace
+
+bool awq_can_clip(DType type) {
+  switch (type) {
+    case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
+    case DType::q4_g128: case DType::q4_g64: return true;
+    default: return false;
+  }
+}
+
+ClipCount awq_quantize_row_clipped(DType type, const float* values, const float* scale, int64_t cols, const Hessian& h,
+                                   void* dst) {
+  require(awq_can_clip(type), "quantize: the AWQ clipping search does not apply to {}", quant::type_name(type));
+  const quant::TypeInfo& info = quant::type_info(type);
+  const int64_t width = info.block_elems;
+  require(cols % width == 0 && h.cols == cols && int64_t(h.h.size()) == cols * cols,
+          "quantize: a row of {} values does not fit {} blocks or the {}-wide Hessian", cols, quant::type_name(type), h.cols);
+  constexpr int kSteps = 10;   // r = 1 - 0.05 k, k = 0 .. 10
+  std::vector<float> scaled(static_cast<size_t>(width)), clipped(static_cast<size_t>(width)), back(static_cast<size_t>(width));
+  std::vector<double> e(static_cast<size_t>(width));
+  std::vector<std::byte> trial(info.block_bytes);
+  auto* out = static_cast<std::byte*>(dst);
+  ClipCount count;
+  for (int64_t b0 = 0; b0 < cols; b0 += width) {
+    std::byte* block = out + size_t(b0 / width) * info.block_bytes;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < width; ++i) {
+      scaled[size_t(i)] = values[b0 + i] * scale[b0 + i];
+      amax = std::max(amax, std::fabs(scaled[size_t(i)]));
+    }
+    ++count.blocks;
+    double best = std::numeric_limits<double>::infinity();
+    int best_k = 0;
+    for (int k = 0; k <= kSteps && (k == 0 || amax > 0.0f); ++k) {
+      const float limit = amax * (1.0f - 0.05f * float(k));
+      for (int64_t i = 0; i < width; ++i) clipped[size_t(i)] = std::clamp(scaled[size_t(i)], -limit, limit);
+      quantize_values(type, clipped.data(), trial.data(), width);
+      quant::dequantize_row(type, trial.data(), back.data(), width);
+      for (int64_t i = 0; i < width; ++i)
+        e[size_t(i)] = double(back[size_t(i)]) / double(scale[b0 + i]) - double(values[b0 + i]);
+      double loss = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        const double* row = h.h.data() + size_t((b0 + i) * cols + b0);
+        double dot = 0;
+        for (int64_t j = 0; j < width; ++j) dot += row[j] * e[size_t(j)];
+        loss += e[size_t(i)] * dot;
+      }
+      if (loss < best) {
+        best = loss;
+        best_k = k;
+        std::memcpy(block, trial.data(), trial.size());
+      }
+    }
+    count.clipped += best_k > 0;
+  }
+  return count;
+}
 
 AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options) {
   require(options.grid >= 1 && options.grid <= 1000, "quantize: AWQ grid is {}, must be 1..1000", options.grid);
@@ -160,7 +217,7 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       AwqChoice c = awq_choose_scales(std::span(&m, 1), *calibration.hessians.at(std::string(down->name)), options);
       up_rows.resize(c.scales.size());
       for (size_t i = 0; i < up_rows.size(); ++i) up_rows[i] = 1.0f / c.scales[i];
-      plan.transforms[std::string(down->name)] = {.col_scale = std::move(c.scales), .row_scale = {}, .alpha = c.alpha};
+      plan.transforms[std::string(down->name)] = {.col_scale = std::move(c.scales), .row_scale = {}, .alpha = c.alpha, .clip = {}};
     } else {
       plan.skipped.push_back(p + "ffn_down: no separate ffn_gate/ffn_up with calibration data to fold into");
     }
@@ -178,13 +235,13 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
       plan.folded[std::string(ffn_norm->name)] = std::move(n);
       plan.folded_alpha[std::string(ffn_norm->name)] = c.alpha;
-      plan.transforms[std::string(gate->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha};
+      plan.transforms[std::string(gate->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .clip = {}};
       plan.transforms[std::string(up->name)] = {.col_scale = std::move(c.scales), .row_scale = std::move(up_rows),
-                                                .alpha = c.alpha};
+                                                .alpha = c.alpha, .clip = {}};
     } else {
       if (!up_rows.empty()) {   // the down scales still need a home: ffn_up alone keeps them
         plan.transforms[std::string(up->name)] = {.col_scale = std::vector<float>(size_t(up->cols()), 1.0f),
-                                                  .row_scale = std::move(up_rows), .alpha = 0};
+                                                  .row_scale = std::move(up_rows), .alpha = 0, .clip = {}};
       }
       plan.skipped.push_back(p + "ffn_gate/ffn_up: no ffn_norm or calibration data");
     }
@@ -204,12 +261,16 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
       plan.folded[std::string(attn_norm->name)] = std::move(n);
       plan.folded_alpha[std::string(attn_norm->name)] = c.alpha;
-      for (const gguf::TensorInfo* t : {q, k, v}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha};
+      for (const gguf::TensorInfo* t : {q, k, v}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .clip = {}};
     } else {
       plan.skipped.push_back(p + "attn_q/k/v: no attn_norm or calibration data");
     }
     step();
   }
+  // The clipping search runs when each tensor is written (quantize_model), with its input's H.
+  if (options.clip && options.smooth_alpha < 0)
+    for (auto& [name, t] : plan.transforms)
+      if (const auto h = calibration.hessians.find(name); h != calibration.hessians.end()) t.clip = h->second;
   return plan;
 }
 

@@ -14,10 +14,21 @@
 //                                           (scales undone) minus the original row,
 // evaluated on at most `search_rows` rows of each matrix (evenly spaced). Any type
 // `quantize_values` writes can be the target, so the output is an ordinary GGUF file.
+//
+// Then AWQ's clipping search (the paper's second step): for the types whose grid is set
+// by the block's extreme values (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_G128, Q4_G64), each
+// block of each row (scaled) is clamped to +-r * max |w| of the block before it is
+// rounded, r in {1, 0.95, ..., 0.5}, and the r of the smallest block-local output error
+//   e_b H_bb e_b^T,  e_b = the block as a reader dequantizes it (scales undone) minus the
+//                          original block, H_bb the block's square of H,
+// is kept (ties: the larger r, so r = 1, no clipping, unless a smaller one is better).
+// The K types are left alone: their searched quantizers already fit each sub-block's
+// scale and minimum by weighted least squares, which trims extreme values where it pays.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +51,7 @@ struct AwqOptions {
   int grid = 20;                  // alpha in {0, 1/grid, ..., (grid-1)/grid}
   int64_t search_rows = 256;      // rows of each matrix the loss is evaluated on
   int threads = 1;                // candidates are spread over threads
+  bool clip = true;               // the clipping search (AWQ only, not SmoothQuant)
 };
 
 struct AwqChoice {
@@ -58,7 +70,21 @@ struct AwqTransform {
   std::vector<float> col_scale;       // [cols]
   std::vector<float> row_scale;       // [rows] or empty
   double alpha = 0;
+  std::shared_ptr<const Hessian> clip;   // the input's H for the clipping search, or null
 };
+
+// True for the types the clipping search applies to (above).
+bool awq_can_clip(quant::DType type);
+
+struct ClipCount {
+  int64_t blocks = 0, clipped = 0;   // blocks searched, and those that kept an r < 1
+};
+
+// One row: `values` [cols] as given, `scale` [cols] the scales applied before rounding
+// (row scale times column scale); writes the row's blocks of `type` to `dst` with the
+// clipping search against `h` (cols x cols). `type` must satisfy awq_can_clip.
+ClipCount awq_quantize_row_clipped(quant::DType type, const float* values, const float* scale, int64_t cols,
+                                   const Hessian& h, void* dst);
 struct AwqPlan {
   std::map<std::string, AwqTransform> transforms;
   std::map<std::string, std::vector<float>> folded;

@@ -125,6 +125,7 @@ bool copied_key(std::string_view key) {
 
 struct RowSums {
   double error2 = 0, norm2 = 0;
+  int64_t blocks = 0, clipped = 0;   // AWQ's clipping search: blocks searched, blocks clipped
 };
 
 // Quantizes the rows [row_begin, row_end) of `t` into `out` and measures the error.
@@ -152,7 +153,13 @@ RowSums quantize_rows(const gguf::TensorInfo& t, DType type, std::byte* out, int
         scale[size_t(i)] = rs * awq->col_scale[size_t(i)];
         scaled[size_t(i)] = values[size_t(i)] * scale[size_t(i)];
       }
-      quantize::quantize_values(type, scaled.data(), dst, cols);
+      if (awq->clip && quantize::awq_can_clip(type)) {
+        const quantize::ClipCount c = quantize::awq_quantize_row_clipped(type, values.data(), scale.data(), cols, *awq->clip, dst);
+        sums.blocks += c.blocks;
+        sums.clipped += c.clipped;
+      } else {
+        quantize::quantize_values(type, scaled.data(), dst, cols);
+      }
     } else {
       quantize::quantize_values(type, values.data(), dst, cols);
     }
@@ -178,7 +185,10 @@ RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, i
   std::vector<RowSums> sums(static_cast<size_t>(n));
   quantize::run_parallel(n, [&](int i) { sums[size_t(i)] = quantize_rows(t, type, out, rows * i / n, rows * (i + 1) / n, awq); });
   RowSums total;
-  for (const RowSums& s : sums) total.error2 += s.error2, total.norm2 += s.norm2;
+  for (const RowSums& s : sums) {
+    total.error2 += s.error2, total.norm2 += s.norm2;
+    total.blocks += s.blocks, total.clipped += s.clipped;
+  }
   return total;
 }
 
@@ -478,7 +488,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   }
   if (awq) {
     awq_plan = quantize::awq_plan(file, plans, calibration,
-                                  {.smooth_alpha = smooth ? options.smooth_alpha : -1.0, .threads = options.threads},
+                                  {.smooth_alpha = smooth ? options.smooth_alpha : -1.0, .threads = options.threads,
+                                   .clip = options.awq_clip},
                                   [&](int64_t done, int64_t total) {
                                     if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "awq"});
                                   });
@@ -544,6 +555,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
       q.awq = transform != awq_plan.transforms.end();
       q.awq_alpha = q.awq ? transform->second.alpha : 0.0;
       quantize_into(k, plan.type, q.gptq);
+      q.awq_clipped = w.sums.blocks > 0 ? double(w.sums.clipped) / double(w.sums.blocks) : 0.0;
       q.relative_error = w.sums.norm2 > 0 ? std::sqrt(w.sums.error2 / w.sums.norm2) : 0.0;
     }
     q.bytes_out = w.bytes.size();

@@ -346,6 +346,8 @@ TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --samples 0", "--samples"},
       {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --damp -1", "--damp must be > 0"},
       {"quantize " + in + " " + out + " --type Q4_K --act-order", "--act-order is used by --method gptq only"},
+      {"quantize " + in + " " + out + " --type Q4_0 --method gptq --calib x.txt --no-awq-clip", "--no-awq-clip is used by --method awq only"},
+      {"quantize " + in + " " + out + " --type Q4_0 --no-awq-clip", "--no-awq-clip is used by --method awq only"},
       {"quantize " + in + " " + out + " --type Q4_K --method awq --calib x.txt --act-order", "--act-order is used by --method gptq only"},
       {"quantize " + in + " " + out + " --type Q8_W --method smoothquant --calib x.txt --smooth-alpha 1.5", "--smooth-alpha must be in [0, 1]"},
       {"quantize " + in + " " + out + " --type Q8_W --method awq --calib x.txt --smooth-alpha 0.5", "--smooth-alpha is used by --method smoothquant only"},

@@ -152,6 +152,79 @@ TEST_CASE("SmoothQuant scales are a_c^alpha / w_c^(1 - alpha) up to one factor",
                ErrorCode::invalid_argument, "must be in [0, 1]");
 }
 
+TEST_CASE("AWQ's clipping search: no block's loss rises, and heavy-tailed weights lose output error",
+          "[quantize][awq]") {
+  Case c = outlier_case();
+  // Heavy tails: one weight in 40 is 6x larger (as trained matrices have), which stretches
+  // its block's grid under the max-based rules.
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> pick(0, 39);
+  for (float& v : c.w)
+    if (pick(rng) == 0) v *= 6.0f;
+  std::vector<float> scale(size_t(c.cols));
+  for (int64_t j = 0; j < c.cols; ++j) scale[size_t(j)] = 0.5f + float(j % 7) * 0.25f;   // AWQ-like column scales
+  for (DType type : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::q4_g128, DType::q4_g64}) {
+    INFO(ember::quant::type_name(type));
+    REQUIRE(ember::quantize::awq_can_clip(type));
+    const int64_t width = ember::quant::type_info(type).block_elems;
+    const size_t row_bytes = ember::quant::row_bytes(type, c.cols);
+    std::vector<std::byte> plain(row_bytes * size_t(c.rows)), clipped(row_bytes * size_t(c.rows));
+    std::vector<float> scaled(size_t(c.cols)), back_plain(size_t(c.cols)), back_clip(size_t(c.cols));
+    int64_t blocks = 0, n_clipped = 0, rose = 0;
+    std::vector<double> e_plain(size_t(c.rows * c.cols)), e_clip(size_t(c.rows * c.cols));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const float* w = c.w.data() + r * c.cols;
+      for (int64_t j = 0; j < c.cols; ++j) scaled[size_t(j)] = w[j] * scale[size_t(j)];
+      ember::quantize::quantize_values(type, scaled.data(), plain.data() + size_t(r) * row_bytes, c.cols);
+      const ember::quantize::ClipCount n = ember::quantize::awq_quantize_row_clipped(
+          type, w, scale.data(), c.cols, c.h, clipped.data() + size_t(r) * row_bytes);
+      blocks += n.blocks;
+      n_clipped += n.clipped;
+      ember::quant::dequantize_row(type, plain.data() + size_t(r) * row_bytes, back_plain.data(), c.cols);
+      ember::quant::dequantize_row(type, clipped.data() + size_t(r) * row_bytes, back_clip.data(), c.cols);
+      for (int64_t j = 0; j < c.cols; ++j) {
+        e_plain[size_t(r * c.cols + j)] = double(back_plain[size_t(j)]) / scale[size_t(j)] - w[j];
+        e_clip[size_t(r * c.cols + j)] = double(back_clip[size_t(j)]) / scale[size_t(j)] - w[j];
+      }
+      // Each block's own loss e H_bb e^T, computed here from the decoded rows.
+      for (int64_t b0 = 0; b0 < c.cols; b0 += width) {
+        double lp = 0, lc = 0;
+        for (int64_t i = b0; i < b0 + width; ++i)
+          for (int64_t j = b0; j < b0 + width; ++j) {
+            const double hij = c.h.h[size_t(i * c.cols + j)];
+            lp += e_plain[size_t(r * c.cols + i)] * hij * e_plain[size_t(r * c.cols + j)];
+            lc += e_clip[size_t(r * c.cols + i)] * hij * e_clip[size_t(r * c.cols + j)];
+          }
+        rose += lc > lp * (1 + 1e-12);
+      }
+    }
+    CHECK(blocks == c.rows * c.cols / width);
+    CHECK(rose == 0);
+    CHECK(n_clipped > 0);
+    CHECK(n_clipped < blocks);
+    // The whole output error (all of H, cross-block terms included) falls too.
+    const auto total = [&](const std::vector<double>& e) {
+      double t = 0;
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t i = 0; i < c.cols; ++i) {
+          double dot = 0;
+          for (int64_t j = 0; j < c.cols; ++j) dot += c.h.h[size_t(i * c.cols + j)] * e[size_t(r * c.cols + j)];
+          t += e[size_t(r * c.cols + i)] * dot;
+        }
+      return t;
+    };
+    const double tp = total(e_plain), tc = total(e_clip);
+    INFO("output error: plain " << tp << ", clipped " << tc << ", " << n_clipped << " of " << blocks << " blocks clipped");
+    CHECK(tc < 0.97 * tp);
+  }
+  // The K types are not clipped; a wrong type is a typed error.
+  CHECK_FALSE(ember::quantize::awq_can_clip(DType::q4_k));
+  CHECK_FALSE(ember::quantize::awq_can_clip(DType::q6_k));
+  std::vector<std::byte> out(ember::quant::row_bytes(DType::q4_k, c.cols));
+  expect_error([&] { (void)ember::quantize::awq_quantize_row_clipped(DType::q4_k, c.w.data(), scale.data(), c.cols, c.h, out.data()); },
+               ErrorCode::invalid_argument, "does not apply to Q4_K");
+}
+
 TEST_CASE("AWQ rejects bad groups and options", "[quantize][awq]") {
   const Case c = outlier_case();
   const ember::quantize::AwqMatrix m{.weights = c.w.data(), .rows = c.rows, .cols = c.cols, .type = DType::q4_0};
@@ -261,6 +334,35 @@ TEST_CASE("quantize --method awq folds the scales so the model computes the same
   const double e_rtn = rms_diff(logits_of(dir / "rtn.gguf", ids), ref);
   INFO("rms logit error: awq " << e_awq << ", rtn " << e_rtn);
   CHECK(e_awq < 2.0 * e_rtn);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("quantize --method awq clips the blocks of Q4_0 projections; awq_clip = false does not", "[quantize][awq]") {
+  EMBER_SKIP_IF_MISSING(llama_f16());
+  const fs::path dir = scratch("clip");
+  write_text(dir / "calib.txt", 60);
+  ember::QuantizeOptions options = awq_options(dir / "calib.txt", ember::QuantRecipe::q4_0);
+  const ember::QuantizeReport clip = ember::quantize_model(llama_f16().string(), (dir / "clip.gguf").string(), options);
+  options.awq_clip = false;
+  const ember::QuantizeReport plain = ember::quantize_model(llama_f16().string(), (dir / "plain.gguf").string(), options);
+  REQUIRE(clip.tensors.size() == plain.tensors.size());
+  int64_t with_clipped = 0;
+  for (size_t i = 0; i < clip.tensors.size(); ++i) {
+    const ember::QuantizedTensor &a = clip.tensors[i], &b = plain.tensors[i];
+    INFO(a.name);
+    CHECK(b.awq_clipped == 0.0);
+    CHECK(a.awq_clipped >= 0.0);
+    CHECK(a.awq_clipped < 1.0);
+    if (!a.awq || !a.quantized) CHECK(a.awq_clipped == 0.0);
+    with_clipped += a.awq_clipped > 0;
+    CHECK(a.awq_alpha == b.awq_alpha);   // the scale search is the same; only the rounding differs
+  }
+  CHECK(with_clipped > 0);
+  const ember::gguf::File fa = ember::gguf::File::open(dir / "clip.gguf"), fb = ember::gguf::File::open(dir / "plain.gguf");
+  size_t differ = 0;
+  for (size_t i = 0; i < fa.tensors().size(); ++i)
+    differ += std::memcmp(fa.tensors()[i].data, fb.tensors()[i].data, fa.tensors()[i].n_bytes) != 0;
+  CHECK(differ == size_t(with_clipped));
   fs::remove_all(dir);
 }
 
