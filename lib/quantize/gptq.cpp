@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "common/fail.hpp"
@@ -125,68 +126,49 @@ class Grid32 {
   std::vector<float> min_;         // [rows][blocks]: the unrounded minimum (Q4_1, Q5_1)
 };
 
-// Q4_K: the grid (and the codes of the block as it stood) of the searched quantizer;
-// each value is then recoded on that grid as the searched quantizer's last step does.
-class GridQ4_K {
+// Q4_K / Q5_K: the grid (and the codes of the block as it stood) of the searched
+// quantizer; each value is then recoded on that grid as the searched quantizer's last
+// step does, codes in [0, 16) / [0, 32); Q5_K's fifth bit of value l of sub-block s is
+// bit s of qh[l].
+template <bool kFiveBits>
+class GridK {
  public:
   static constexpr int64_t kWidth = quant::kQKK;   // 256 columns per super-block
+  using Block = std::conditional_t<kFiveBits, quant::BlockQ5_K, quant::BlockQ4_K>;
 
-  GridQ4_K(void* dst, int64_t, int64_t cols) : blocks_(static_cast<quant::BlockQ4_K*>(dst)), per_row_(cols / kWidth) {}
+  GridK(void* dst, int64_t, int64_t cols) : blocks_(static_cast<Block*>(dst)), per_row_(cols / kWidth) {}
 
-  void start(int64_t r, int64_t b, const float* x) { quantize_q4_k_searched(x, &blocks_[r * per_row_ + b], kWidth); }
-
-  double code(int64_t r, int64_t c, float x) {
-    quant::BlockQ4_K& blk = blocks_[r * per_row_ + c / kWidth];
-    const int64_t i = c % kWidth;
-    const int sub = int(i / 32);
-    const quant::KScales k = quant::unpack_k_scales(blk.scales);
-    const float step = quant::load_fp16(blk.d) * float(k.sc[sub]), offset = quant::load_fp16(blk.dmin) * float(k.mn[sub]);
-    uint8_t& byte = blk.qs[32 * (sub / 2) + i % 32];
-    const int shift = 4 * (sub % 2);
-    int q = (byte >> shift) & 15;   // kept where the step is 0 (the value is -offset whatever q is)
-    if (step != 0) {
-      q = std::clamp(int(std::nearbyint((x + offset) / step)), 0, 15);
-      byte = uint8_t((byte & ~(15 << shift)) | (q << shift));
-    }
-    return double(quant::mul_then_add(step, float(q), -offset));
+  void start(int64_t r, int64_t b, const float* x) {
+    if constexpr (kFiveBits)
+      quantize_q5_k_searched(x, &blocks_[r * per_row_ + b], kWidth);
+    else
+      quantize_q4_k_searched(x, &blocks_[r * per_row_ + b], kWidth);
   }
 
- private:
-  quant::BlockQ4_K* blocks_;
-  int64_t per_row_;
-};
-
-// Q5_K: as Q4_K with codes in [0, 32), the fifth bit of value l of sub-block s in bit s
-// of qh[l] (the searched quantizer's last step recodes the same way).
-class GridQ5_K {
- public:
-  static constexpr int64_t kWidth = quant::kQKK;
-
-  GridQ5_K(void* dst, int64_t, int64_t cols) : blocks_(static_cast<quant::BlockQ5_K*>(dst)), per_row_(cols / kWidth) {}
-
-  void start(int64_t r, int64_t b, const float* x) { quantize_q5_k_searched(x, &blocks_[r * per_row_ + b], kWidth); }
-
   double code(int64_t r, int64_t c, float x) {
-    quant::BlockQ5_K& blk = blocks_[r * per_row_ + c / kWidth];
+    Block& blk = blocks_[r * per_row_ + c / kWidth];
     const int64_t i = c % kWidth;
     const int sub = int(i / 32), l = int(i % 32);
     const quant::KScales k = quant::unpack_k_scales(blk.scales);
     const float step = quant::load_fp16(blk.d) * float(k.sc[sub]), offset = quant::load_fp16(blk.dmin) * float(k.mn[sub]);
     uint8_t& byte = blk.qs[32 * (sub / 2) + l];
     const int shift = 4 * (sub % 2);
-    int q = ((byte >> shift) & 15) | (((blk.qh[l] >> sub) & 1) << 4);   // kept where the step is 0
+    int q = (byte >> shift) & 15;   // kept where the step is 0 (the value is -offset whatever q is)
+    if constexpr (kFiveBits) q |= ((blk.qh[l] >> sub) & 1) << 4;
     if (step != 0) {
-      q = std::clamp(int(std::nearbyint((x + offset) / step)), 0, 31);
+      q = std::clamp(int(std::nearbyint((x + offset) / step)), 0, kFiveBits ? 31 : 15);
       byte = uint8_t((byte & ~(15 << shift)) | ((q & 15) << shift));
-      blk.qh[l] = uint8_t((blk.qh[l] & ~(1 << sub)) | ((q >> 4) << sub));
+      if constexpr (kFiveBits) blk.qh[l] = uint8_t((blk.qh[l] & ~(1 << sub)) | ((q >> 4) << sub));
     }
     return double(quant::mul_then_add(step, float(q), -offset));
   }
 
  private:
-  quant::BlockQ5_K* blocks_;
+  Block* blocks_;
   int64_t per_row_;
 };
+using GridQ4_K = GridK<false>;
+using GridQ5_K = GridK<true>;
 
 // Q6_K: 16 sub-blocks of 16 with signed 8-bit scales; each value is recoded as the
 // searched quantizer's last step does, q = clamp(round(x / (d * sc_s)), -32, 31) + 32,

@@ -65,42 +65,34 @@ void k_scale_min(const uint8_t* b, int j, int& sc, int& mn) {
   }
 }
 
-// The paper's algorithm, one row and one column at a time, every later column updated
-// at once, scalar code only: dead columns, the act-order permutation (decreasing
-// H[i][i], ties by index), damping, U = chol(H^-1) upper from an explicit inverse.
-// A block's grid is chosen when the first of its columns comes up, from the current
-// values of all its columns: Q4_0 by llama.cpp's rule (written out here); Q4_K by
-// ember's searched round-to-nearest quantizer (checked byte for byte against
-// llama-quantize in test_quantize), whose codes are then replaced value by value.
-std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vector<float>& weights, size_t rows,
-                                      size_t cols, Matrix h, double damp, bool act_order = false) {
-  const bool k4 = type == ember::quant::DType::q4_k;
-  // ember's groups (lib/quant/q4_g.cpp): d, m (fp16), then the codes, 16 bytes per 32 values.
-  const bool group = type == ember::quant::DType::q4_g128 || type == ember::quant::DType::q4_g64;
-  const size_t width = k4 ? 256 : type == ember::quant::DType::q4_g128 ? 128 : type == ember::quant::DType::q4_g64 ? 64 : 32;
-  const size_t block_bytes = k4 ? sizeof(ember::quant::BlockQ4_K) : group ? 4 + width / 2 : sizeof(ember::quant::BlockQ4_0);
-  Matrix w(rows, std::vector<double>(cols));
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c = 0; c < cols; ++c) w[r][c] = weights[r * cols + c];
+// The factor U of the damped, permuted H^-1 with the dead columns' weights zeroed (w is
+// [rows][cols]) and the quantization order: the dead-column rule, the act-order
+// permutation (decreasing H[i][i], ties by index), damping, U = chol(H^-1) upper from an
+// explicit inverse.
+struct ReferenceFactor {
+  Matrix li;   // lower: H^-1 = Li Li^T, U = Li^T
+  std::vector<size_t> order;
+};
+ReferenceFactor reference_factor(Matrix h, std::vector<double>& w, size_t rows, size_t cols, double damp,
+                                 bool act_order) {
   double mean = 0;
   for (size_t i = 0; i < cols; ++i) {
     if (h[i][i] <= 0) {
       for (size_t k = 0; k < cols; ++k) h[i][k] = h[k][i] = 0;
       h[i][i] = 1;
-      for (size_t r = 0; r < rows; ++r) w[r][i] = 0;
+      for (size_t r = 0; r < rows; ++r) w[r * cols + i] = 0;
     }
     mean += h[i][i];
   }
   mean /= double(cols);
-  std::vector<size_t> order(cols), position(cols);
-  for (size_t i = 0; i < cols; ++i) order[i] = i;
-  if (act_order) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return h[a][a] > h[b][b]; });
-  for (size_t k = 0; k < cols; ++k) position[order[k]] = k;
+  ReferenceFactor f;
+  f.order.resize(cols);
+  for (size_t i = 0; i < cols; ++i) f.order[i] = i;
+  if (act_order) std::stable_sort(f.order.begin(), f.order.end(), [&](size_t a, size_t b) { return h[a][a] > h[b][b]; });
   Matrix hp(cols, std::vector<double>(cols));
   for (size_t a = 0; a < cols; ++a)
-    for (size_t b = 0; b < cols; ++b) hp[a][b] = h[order[a]][order[b]];
+    for (size_t b = 0; b < cols; ++b) hp[a][b] = h[f.order[a]][f.order[b]];
   for (size_t i = 0; i < cols; ++i) hp[i][i] += damp * mean;
-  // H^-1 = L^-T L^-1 column by column (solve L y = e_i, then L^T x = y).
   const Matrix l = cholesky_lower(hp);
   Matrix inv(cols, std::vector<double>(cols));
   for (size_t i = 0; i < cols; ++i) {
@@ -117,11 +109,33 @@ std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vecto
     }
     for (size_t k = 0; k < cols; ++k) inv[k][i] = x[k];
   }
-  const Matrix li = cholesky_lower(inv);   // H^-1 = Li Li^T, so U = Li^T
+  f.li = cholesky_lower(inv);
+  return f;
+}
+
+// The paper's algorithm, one row and one column at a time, every later column updated
+// at once, scalar code only, on reference_factor's U and order.
+// A block's grid is chosen when the first of its columns comes up, from the current
+// values of all its columns: Q4_0 by llama.cpp's rule (written out here); Q4_K by
+// ember's searched round-to-nearest quantizer (checked byte for byte against
+// llama-quantize in test_quantize), whose codes are then replaced value by value.
+std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vector<float>& weights, size_t rows,
+                                      size_t cols, Matrix h, double damp, bool act_order = false) {
+  const bool k4 = type == ember::quant::DType::q4_k;
+  // ember's groups (lib/quant/q4_g.cpp): d, m (fp16), then the codes, 16 bytes per 32 values.
+  const bool group = type == ember::quant::DType::q4_g128 || type == ember::quant::DType::q4_g64;
+  const size_t width = k4 ? 256 : type == ember::quant::DType::q4_g128 ? 128 : type == ember::quant::DType::q4_g64 ? 64 : 32;
+  const size_t block_bytes = k4 ? sizeof(ember::quant::BlockQ4_K) : group ? 4 + width / 2 : sizeof(ember::quant::BlockQ4_0);
+  std::vector<double> w(weights.begin(), weights.end());
+  const ReferenceFactor f = reference_factor(std::move(h), w, rows, cols, damp, act_order);
+  const Matrix& li = f.li;   // H^-1 = Li Li^T, so U = Li^T
+  const std::vector<size_t>& order = f.order;
+  std::vector<size_t> position(cols);
+  for (size_t k = 0; k < cols; ++k) position[order[k]] = k;
   std::vector<std::byte> out(rows * cols / width * block_bytes);
   for (size_t r = 0; r < rows; ++r) {
     std::vector<double> wp(cols);   // row r in the order of quantization
-    for (size_t k = 0; k < cols; ++k) wp[k] = w[r][order[k]];
+    for (size_t k = 0; k < cols; ++k) wp[k] = w[r * cols + order[k]];
     std::vector<bool> started(cols / width, false);
     std::vector<float> inv_d(cols / width), values(width);
     for (size_t k = 0; k < cols; ++k) {
@@ -195,53 +209,6 @@ std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vecto
     }
   }
   return out;
-}
-
-// The factor U of the damped, permuted H^-1 (as in reference_gptq, which keeps its
-// own copy of these steps for the byte-level cases above), with the dead columns'
-// weights zeroed and the quantization order.
-struct ReferenceFactor {
-  Matrix li;   // lower: H^-1 = Li Li^T, U = Li^T
-  std::vector<size_t> order;
-};
-ReferenceFactor reference_factor(Matrix h, std::vector<double>& w, size_t rows, size_t cols, double damp,
-                                 bool act_order) {
-  double mean = 0;
-  for (size_t i = 0; i < cols; ++i) {
-    if (h[i][i] <= 0) {
-      for (size_t k = 0; k < cols; ++k) h[i][k] = h[k][i] = 0;
-      h[i][i] = 1;
-      for (size_t r = 0; r < rows; ++r) w[r * cols + i] = 0;
-    }
-    mean += h[i][i];
-  }
-  mean /= double(cols);
-  ReferenceFactor f;
-  f.order.resize(cols);
-  for (size_t i = 0; i < cols; ++i) f.order[i] = i;
-  if (act_order) std::stable_sort(f.order.begin(), f.order.end(), [&](size_t a, size_t b) { return h[a][a] > h[b][b]; });
-  Matrix hp(cols, std::vector<double>(cols));
-  for (size_t a = 0; a < cols; ++a)
-    for (size_t b = 0; b < cols; ++b) hp[a][b] = h[f.order[a]][f.order[b]];
-  for (size_t i = 0; i < cols; ++i) hp[i][i] += damp * mean;
-  const Matrix l = cholesky_lower(hp);
-  Matrix inv(cols, std::vector<double>(cols));
-  for (size_t i = 0; i < cols; ++i) {
-    std::vector<double> y(cols, 0.0), x(cols, 0.0);
-    for (size_t k = 0; k < cols; ++k) {
-      double s = k == i ? 1.0 : 0.0;
-      for (size_t m = 0; m < k; ++m) s -= l[k][m] * y[m];
-      y[k] = s / l[k][k];
-    }
-    for (size_t k = cols; k-- > 0;) {
-      double s = y[k];
-      for (size_t m = k + 1; m < cols; ++m) s -= l[m][k] * x[m];
-      x[k] = s / l[k][k];
-    }
-    for (size_t k = 0; k < cols; ++k) inv[k][i] = x[k];
-  }
-  f.li = cholesky_lower(inv);
-  return f;
 }
 
 // The paper's algorithm onto Q4_1, Q5_0, Q5_1, Q8_0, Q5_K and Q6_K, returning the
