@@ -105,6 +105,7 @@ int cmd_perplexity(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_batched_bench(const std::vector<std::string>& args);
 int cmd_quantize(const std::vector<std::string>& args);
+int cmd_convert(const std::vector<std::string>& args);
 // ember bench --draft ...: plain and speculative greedy decode of four kinds of prompt.
 int bench_speculative(const Model& model, const SpeculativeOptions& spec, int32_t n_gen, int repetitions, bool json);
 

@@ -86,7 +86,8 @@ speculative decoding (lossless: the same tokens as without it):
 )"},
       {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq] [--calib FILE [--samples N]] [--act-order]
                  [--budget SIZE | --bpw B] [--sensitivity proxy|kl] [--eval FILE] [--max-ppl-rise R | --no-gate]
-  Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types.
+  Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types. IN may
+  also be a Hugging Face checkpoint folder: it is converted first, as `ember convert` does.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures),
         Q4_G128 Q4_G64 (ember's asymmetric INT4 groups of 128 / 64; only ember loads them),
@@ -128,6 +129,14 @@ speculative decoding (lossless: the same tokens as without it):
   --gate-rounds N        at most N rounds (default: until every tensor is at its widest)
   llama-quantize's order IN OUT TYPE [THREADS] is accepted. A progress line per tensor goes
   to stderr, the report (type, size, relative error per tensor; totals) to stdout.
+)"},
+      {"convert", ember::cli::cmd_convert, R"(ember convert DIR OUT [--type auto|f32|f16|bf16]
+  Writes OUT, a GGUF, from the Hugging Face checkpoint folder DIR (config.json, *.safetensors,
+  tokenizer.model and the tokenizer's JSON files), read by ember itself: the tensor names,
+  values and metadata llama.cpp's convert_hf_to_gguf.py writes. Llama/Mistral and Gemma 3
+  text models with a SentencePiece tokenizer (docs/convert.md).
+  --type T               the matrices' type; auto (default): the source's when all matrices share
+                         F32, F16 or BF16, else F32. Norms and 1-D tensors are always F32.
 )"},
       {"info", ember::cli::cmd_info, R"(ember info -m MODEL [-t THREADS]
   Architecture, hyper-parameters, tensor types, memory use, the KV pool's reservation

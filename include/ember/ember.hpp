@@ -1,6 +1,7 @@
 // ember: embeddable LLM inference. Include this for the whole public API.
 #pragma once
 
+#include "ember/convert.hpp"
 #include "ember/engine.hpp"
 #include "ember/error.hpp"
 #include "ember/export.hpp"

@@ -197,9 +197,12 @@ struct QuantizeReport {
   uint64_t budget_bytes = 0;      // the mixture's budget (from budget_bytes or target_bpw); 0: none
   // Things the caller should know, e.g. that the input was already quantized.
   std::vector<std::string> warnings;
+  // IN was a Hugging Face checkpoint folder (this path), converted to GGUF first.
+  std::string converted_from;
 };
 
-// Reads the GGUF `input` (F32/F16/BF16 tensors are the usual source; quantized tensors of
+// Reads the GGUF `input` (or a Hugging Face checkpoint folder, converted first with
+// convert_hf_checkpoint into a temporary file beside `output`; ember/convert.hpp) (F32/F16/BF16 tensors are the usual source; quantized tensors of
 // a type ember reads are dequantized first, with a warning) and writes `output`: the same
 // metadata plus general.file_type and general.quantization_version = 2, and the tensors in
 // llama-quantize's order and types. The file is written to a temporary name in the output's

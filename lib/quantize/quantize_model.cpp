@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "common/fail.hpp"
+#include "common/temp_file.hpp"
+#include "ember/convert.hpp"
 #include "ember/model.hpp"
 #include "ember/perplexity.hpp"
 #include "ember/quantize.hpp"
@@ -63,46 +65,6 @@ quantize::Recipe to_internal(QuantRecipe r) {
   }
   fail(ErrorCode::invalid_argument, "quantize: unknown recipe {}", int(r));
 }
-
-// The output's temporary sibling: created (empty) at once so that an unwritable folder
-// fails before any work, removed by the destructor unless committed.
-class TempFile {
- public:
-  explicit TempFile(const fs::path& output) : output_(output) {
-    const fs::path folder = output.has_parent_path() ? output.parent_path() : fs::path(".");
-    for (int attempt = 0;; ++attempt) {
-      path_ = folder / fmt::format(".{}.tmp-{}-{}", output.filename().string(), ::getpid(), attempt);
-      const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        ::close(fd);
-        return;
-      }
-      if (errno != EEXIST || attempt >= 100)
-        fail(ErrorCode::io, "quantize: cannot create a file in '{}' for '{}': {}", folder.string(), output.string(),
-             std::strerror(errno));
-    }
-  }
-  ~TempFile() {
-    if (!committed_) {
-      std::error_code ignored;
-      fs::remove(path_, ignored);
-    }
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  const fs::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    fs::rename(path_, output_, ec);
-    if (ec) fail(ErrorCode::io, "quantize: cannot rename '{}' to '{}': {}", path_.string(), output_.string(), ec.message());
-    committed_ = true;
-  }
-
- private:
-  fs::path output_, path_;
-  bool committed_ = false;
-};
 
 std::string read_text(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -295,7 +257,9 @@ const char* to_string(QuantRecipe recipe) noexcept {
   }
 }
 
-QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeOptions& options) {
+namespace {
+
+QuantizeReport quantize_gguf(const std::string& input, const std::string& output, const QuantizeOptions& options) {
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
   require(!output.empty(), "quantize: the output path is empty");
   const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
@@ -398,7 +362,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
         "{} is ember's own tensor type, not a GGUF one: only ember loads this file (llama.cpp rejects it)",
         quant::type_name(recipe.base)));
 
-  TempFile temp(output);   // fails here, before any work, when the folder cannot be written
+  TempFile temp(output, "quantize");   // fails here, before any work, when the folder cannot be written
 
   // The calibration text's tokens when the held-out tail or the KL slice needs them: the
   // gate's default evaluation text is its last hold_out fraction (at least one chunk of
@@ -643,6 +607,22 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     }
   }
   temp.commit();
+  return report;
+}
+
+}  // namespace
+
+QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeOptions& options) {
+  if (!is_hf_checkpoint(input)) return quantize_gguf(input, output, options);
+  require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
+  require(!output.empty(), "quantize: the output path is empty");
+  // A Hugging Face folder: converted beside the output first (lossless: the source's
+  // float type), quantized from there, the intermediate removed either way.
+  TempFile converted(output, "quantize");
+  const ConvertReport c = convert_hf_checkpoint(input, converted.path().string(), {});
+  QuantizeReport report = quantize_gguf(converted.path().string(), output, options);
+  report.converted_from = input;
+  report.warnings.insert(report.warnings.begin(), c.warnings.begin(), c.warnings.end());
   return report;
 }
 

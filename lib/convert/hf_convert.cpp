@@ -1,0 +1,672 @@
+// Hugging Face checkpoint -> GGUF (include/ember/convert.hpp).
+//
+// What is written follows llama.cpp's convert_hf_to_gguf.py (its Gemma3Model and
+// LlamaModel classes, the SentencePiece vocabulary and gguf-py's SpecialVocab); the rules
+// are restated in docs/convert.md. The order of work:
+//   1. config.json (a "text_config" member is merged over the top level, as the converter does);
+//   2. the tokenizer: tokenizer.model's pieces, then added_tokens.json and
+//      tokenizer_config.json's added_tokens_decoder over them, padding to the config's
+//      vocab_size; special token ids and add_* flags from tokenizer_config.json (names
+//      resolved through tokenizer.json's added_tokens) and config.json's *_token_id;
+//   3. the architecture's metadata;
+//   4. the tensors, file by file and name by name, renamed, transformed in F32 and stored
+//      in the chosen type.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "common/fail.hpp"
+#include "common/fp16.hpp"
+#include "common/json.hpp"
+#include "common/temp_file.hpp"
+#include "convert/safetensors.hpp"
+#include "convert/spm_model.hpp"
+#include "ember/convert.hpp"
+#include "gguf/gguf.hpp"
+
+namespace ember {
+
+namespace fs = std::filesystem;
+using quant::DType;
+
+namespace {
+
+enum class Arch { llama, gemma3 };
+
+struct ArchName {
+  const char* hf;
+  Arch arch;
+};
+constexpr ArchName kArchs[] = {
+    {"LlamaForCausalLM", Arch::llama},
+    {"MistralForCausalLM", Arch::llama},
+    {"Gemma3ForCausalLM", Arch::gemma3},
+    {"Gemma3ForConditionalGeneration", Arch::gemma3},
+};
+
+std::string supported_list() {
+  std::string s;
+  for (const ArchName& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.hf);
+  return s;
+}
+
+// config.json with a text_config merged over the top level.
+class Config {
+ public:
+  explicit Config(const std::string& path) : path_(path) {
+    const json::Value root = json::parse_file(path);
+    const json::Object& top = root.as_object(path);
+    members_ = top;
+    if (const json::Value* text = root.find("text_config"); text && text->is_object())
+      for (const auto& m : text->as_object(path + ": text_config")) members_.push_back(m);
+  }
+  const json::Value* find(std::string_view key) const {
+    const json::Value* found = nullptr;
+    for (const auto& [k, v] : members_)
+      if (k == key) found = &v;
+    return found && !found->is_null() ? found : nullptr;
+  }
+  std::string what(std::string_view key) const { return fmt::format("{}: \"{}\"", path_, key); }
+  int64_t get_int(std::string_view key) const {
+    const json::Value* v = find(key);
+    if (!v) fail(ErrorCode::malformed_file, "{}: missing \"{}\"", path_, key);
+    return v->as_int(what(key));
+  }
+  std::optional<int64_t> find_int(std::string_view key) const {
+    const json::Value* v = find(key);
+    return v ? std::optional<int64_t>(v->as_int(what(key))) : std::nullopt;
+  }
+  std::optional<double> find_double(std::string_view key) const {
+    const json::Value* v = find(key);
+    return v ? std::optional<double>(v->as_double(what(key))) : std::nullopt;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  json::Object members_;
+};
+
+uint32_t to_u32(int64_t v, std::string_view what) {
+  if (v < 0 || v > int64_t(UINT32_MAX)) fail(ErrorCode::malformed_file, "{} is {}, out of range", what, v);
+  return uint32_t(v);
+}
+
+std::optional<json::Value> read_json_if(const fs::path& path) {
+  if (!fs::is_regular_file(path)) return std::nullopt;
+  return json::parse_file(path.string());
+}
+
+// ---- Tokenizer ----------------------------------------------------------------------
+
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
+
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+};
+
+// llama.cpp's does_token_look_special.
+bool looks_special(std::string_view t) {
+  auto wrapped = [&](std::string_view open, std::string_view close) {
+    return t.size() >= open.size() + close.size() && t.substr(0, open.size()) == open &&
+           t.substr(t.size() - close.size()) == close;
+  };
+  return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]" || wrapped("<|", "|>") ||
+         wrapped("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") || wrapped("<unused", ">");
+}
+
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector<std::string>& warnings) {
+  const fs::path model = dir / "tokenizer.model";
+  if (!fs::is_regular_file(model)) {
+    const bool json_only = fs::is_regular_file(dir / "tokenizer.json");
+    fail(ErrorCode::unsupported,
+         "convert: '{}' has no tokenizer.model{}; ember converts SentencePiece vocabularies only (a tokenizer.json "
+         "BPE vocabulary, as Llama 3's, is not converted yet)",
+         dir.string(), json_only ? " (only tokenizer.json)" : "");
+  }
+  const std::vector<convert::SpmPiece> pieces = convert::read_spm_model(model.string());
+  const int64_t n_vocab = config.find_int("vocab_size").value_or(int64_t(pieces.size()));
+  if (n_vocab < int64_t(pieces.size()))
+    fail(ErrorCode::malformed_file, "convert: config.json's vocab_size {} is smaller than tokenizer.model's {} pieces",
+         n_vocab, pieces.size());
+  Vocab v;
+  v.tokens.resize(size_t(n_vocab));
+  v.scores.assign(size_t(n_vocab), -10000.0f);
+  v.types.assign(size_t(n_vocab), kUnused);
+  for (int64_t i = 0; i < n_vocab; ++i) v.tokens[size_t(i)] = fmt::format("[PAD{}]", i);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const convert::SpmPiece& p = pieces[i];
+    v.tokens[i] = p.piece;
+    v.scores[i] = p.score;
+    // SentencePiece's IsUnknown/IsControl/IsUnused/IsByte; user-defined pieces count as normal.
+    v.types[i] = (p.type == kUnknown || p.type == kControl || p.type == kUnused || p.type == kByte) ? p.type : kNormal;
+  }
+  if (const auto added = read_json_if(dir / "added_tokens.json")) {
+    for (const auto& [content, id_value] : added->as_object("added_tokens.json")) {
+      const int64_t id = id_value.as_int("added_tokens.json: \"" + content + "\"");
+      if (id < 0 || id >= n_vocab) {
+        warnings.push_back(fmt::format("added_tokens.json: token {} ('{}') is outside the vocabulary; ignored", id, content));
+        continue;
+      }
+      v.tokens[size_t(id)] = content;
+      v.scores[size_t(id)] = -1000.0f;
+      v.types[size_t(id)] = kUserDefined;
+    }
+  }
+  if (const auto cfg = read_json_if(dir / "tokenizer_config.json")) {
+    if (const json::Value* decoder = cfg->find("added_tokens_decoder")) {
+      for (const auto& [key, data] : decoder->as_object("tokenizer_config.json: added_tokens_decoder")) {
+        char* end = nullptr;
+        const long long id = std::strtoll(key.c_str(), &end, 10);
+        if (key.empty() || *end != '\0')
+          fail(ErrorCode::malformed_file, "tokenizer_config.json: added_tokens_decoder key '{}' is not a number", key);
+        const json::Value* content_value = data.find("content");
+        if (!content_value) fail(ErrorCode::malformed_file, "tokenizer_config.json: added token {} has no content", key);
+        std::string token = content_value->as_string("tokenizer_config.json: added token content");
+        if (id < 0 || id >= n_vocab) {
+          warnings.push_back(fmt::format("tokenizer_config.json: added token {} is outside the vocabulary; ignored", id));
+          continue;
+        }
+        if (v.types[size_t(id)] != kUnused && v.tokens[size_t(id)] != token)
+          warnings.push_back(fmt::format("token {}: '{}' replaced by '{}' (tokenizer_config.json)", id,
+                                         v.tokens[size_t(id)], token));
+        const json::Value* special = data.find("special");
+        if ((special && special->is_bool() && special->as_bool("special")) || looks_special(token)) {
+          v.types[size_t(id)] = kControl;
+        } else {
+          token = replace_all(token, "\xE2\x96\x81", " ");   // pre-normalised user-defined spaces
+          v.types[size_t(id)] = kUserDefined;
+        }
+        v.scores[size_t(id)] = -1000.0f;
+        v.tokens[size_t(id)] = token;
+      }
+    }
+  }
+  return v;
+}
+
+// gguf-py's SpecialVocab (without merges): written in the order found.
+struct SpecialTokens {
+  std::vector<std::pair<std::string, uint32_t>> ids;   // type -> id
+  std::vector<std::pair<std::string, bool>> add;       // add_<type>_token
+  std::optional<std::string> chat_template;
+};
+
+SpecialTokens special_tokens(const fs::path& dir, int64_t n_vocab, std::vector<std::string>& warnings) {
+  static constexpr const char* kTypes[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+  SpecialTokens s;
+  auto set_id = [&](const std::string& type, const json::Value* id) {
+    if (!id || !id->is_integer()) return;
+    const int64_t v = id->as_int(type);
+    if (v < 0) fail(ErrorCode::malformed_file, "convert: special token {} has the negative id {}", type, v);
+    if (v >= n_vocab) {
+      warnings.push_back(fmt::format("special token {} id {} is outside the vocabulary of {}; skipped", type, v, n_vocab));
+      return;
+    }
+    for (const auto& [t, _] : s.ids)
+      if (t == type) return;
+    s.ids.emplace_back(type, uint32_t(v));
+  };
+  json::Array added_tokens;
+  if (const auto tok = read_json_if(dir / "tokenizer.json"))
+    if (const json::Value* a = tok->find("added_tokens"); a && a->is_array()) added_tokens = a->as_array("added_tokens");
+  if (const auto cfg = read_json_if(dir / "tokenizer_config.json")) {
+    const json::Value* tmpl = cfg->find("chat_template");
+    std::optional<json::Value> alt;
+    if (!tmpl) {
+      alt = read_json_if(dir / "chat_template.json");
+      if (alt) tmpl = alt->find("chat_template");
+    }
+    if (tmpl && tmpl->is_string()) s.chat_template = tmpl->as_string("chat_template");
+    else if (tmpl && !tmpl->is_null())
+      warnings.push_back("chat_template is not a single string (named templates are not converted); left out");
+    for (const char* type : kTypes) {
+      if (const json::Value* add = cfg->find(fmt::format("add_{}_token", type)); add && add->is_bool())
+        s.add.emplace_back(type, add->as_bool("add token"));
+      const json::Value* entry = cfg->find(fmt::format("{}_token", type));
+      std::string content;
+      if (entry && entry->is_string()) {
+        content = entry->as_string("token");
+      } else if (entry && entry->is_object()) {
+        const json::Value* c = entry->find("content");
+        if (!c || !c->is_string()) continue;
+        content = c->as_string("content");
+      } else {
+        continue;
+      }
+      for (const json::Value& t : added_tokens) {
+        const json::Value* c = t.find("content");
+        if (c && c->is_string() && c->as_string("content") == content) {
+          set_id(type, t.find("id"));
+          break;
+        }
+      }
+    }
+  }
+  if (const auto config = read_json_if(dir / "config.json"))
+    for (const char* type : kTypes) set_id(type, config->find(fmt::format("{}_token_id", type)));
+  return s;
+}
+
+void add_tokenizer(gguf::Writer& w, const Vocab& v, const SpecialTokens& s) {
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string("tokenizer.ggml.pre", "default");
+  w.add_string_array("tokenizer.ggml.tokens", v.tokens);
+  w.add_float32_array("tokenizer.ggml.scores", v.scores);
+  w.add_int32_array("tokenizer.ggml.token_type", v.types);
+  static const std::map<std::string, std::string> kIdKeys = {
+      {"bos", "bos_token_id"},         {"eos", "eos_token_id"},       {"unk", "unknown_token_id"},
+      {"sep", "seperator_token_id"},   {"pad", "padding_token_id"},   {"mask", "mask_token_id"}};
+  for (const auto& [type, id] : s.ids)
+    if (const auto k = kIdKeys.find(type); k != kIdKeys.end()) w.add_uint32("tokenizer.ggml." + k->second, id);
+  for (const auto& [type, add] : s.add)
+    if (type == "bos" || type == "eos") w.add_bool(fmt::format("tokenizer.ggml.add_{}_token", type), add);
+  if (s.chat_template) w.add_string("tokenizer.chat_template", *s.chat_template);
+}
+
+// ---- Tensors ------------------------------------------------------------------------
+
+// HF name (after the language_model. prefix is dropped) -> GGUF name; empty when unknown.
+std::string gguf_name(Arch arch, const std::string& name) {
+  static const std::map<std::string, std::string> kTop = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  if (const auto t = kTop.find(name); t != kTop.end()) return t->second;
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return {};
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos) return {};
+  const std::string layer = name.substr(prefix.size(), dot - prefix.size());
+  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; })) return {};
+  std::string rest = name.substr(dot + 1);
+  std::string suffix;
+  for (const char* s : {".weight", ".bias"})
+    if (rest.size() > std::strlen(s) && rest.compare(rest.size() - std::strlen(s), std::string::npos, s) == 0) {
+      suffix = s;
+      rest.resize(rest.size() - suffix.size());
+    }
+  if (suffix.empty()) return {};
+  static const std::map<std::string, std::string> kCommon = {
+      {"input_layernorm", "attn_norm"},      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},        {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},        {"mlp.down_proj", "ffn_down"},
+  };
+  static const std::map<std::string, std::string> kLlama = {{"post_attention_layernorm", "ffn_norm"}};
+  static const std::map<std::string, std::string> kGemma3 = {
+      {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},     {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}};
+  const auto& own = arch == Arch::llama ? kLlama : kGemma3;
+  std::string base;
+  if (const auto c = kCommon.find(rest); c != kCommon.end()) base = c->second;
+  else if (const auto o = own.find(rest); o != own.end()) base = o->second;
+  else return {};
+  return "blk." + layer + "." + base + suffix;
+}
+
+bool ends_with(std::string_view s, std::string_view tail) {
+  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+
+std::vector<float> to_f32(const convert::StTensor& t) {
+  std::vector<float> out(size_t(t.n_elements));
+  const std::byte* p = t.data;
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (t.dtype) {
+      case convert::StDType::f32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case convert::StDType::f16: {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = fp16_to_fp32(h);
+        break;
+      }
+      case convert::StDType::bf16: {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = bf16_to_fp32(h);
+        break;
+      }
+      case convert::StDType::f64: {
+        double d;
+        std::memcpy(&d, p + 8 * i, 8);
+        out[i] = float(d);
+        break;
+      }
+      default:
+        fail(ErrorCode::unsupported, "convert: tensor '{}' is {}; ember converts F32, F16, BF16 and F64 tensors", t.name,
+             t.dtype_name);
+    }
+  }
+  return out;
+}
+
+// llama.cpp's LlamaModel.permute: within each head, rows (j * half + i) move to (2 i + j),
+// so that rope's pairs (i, i + half) of the checkpoint become adjacent.
+std::vector<float> permute_heads(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t n_head,
+                                 const std::string& name) {
+  if (n_head <= 0 || rows % (2 * n_head) != 0)
+    fail(ErrorCode::malformed_file, "convert: tensor '{}' has {} rows, not a multiple of 2 x {} heads", name, rows, n_head);
+  const int64_t head = rows / n_head, half = head / 2;
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t i = 0; i < half; ++i)
+        std::memcpy(&out[size_t((h * head + 2 * i + j) * cols)], &w[size_t((h * head + j * half + i) * cols)],
+                    size_t(cols) * sizeof(float));
+  return out;
+}
+
+std::vector<std::byte> encode(const std::vector<float>& v, DType type) {
+  std::vector<std::byte> out;
+  if (type == DType::f32) {
+    out.resize(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+  out.resize(v.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t h = type == DType::f16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+    std::memcpy(&out[2 * i], &h, 2);
+  }
+  return out;
+}
+
+// llama.cpp's Llama 3 rope factors (generate_extra_tensors), in float as the converter's torch code runs.
+std::vector<float> llama3_rope_factors(const Config& c, const json::Value& scaling) {
+  const double base = c.find_double("rope_theta").value_or(10000.0);
+  const int64_t n_head = c.get_int("num_attention_heads");
+  const int64_t dim = c.find_int("head_dim").value_or(c.get_int("hidden_size") / n_head);
+  auto num = [&](const char* key, double fallback) {
+    const json::Value* v = scaling.find(key);
+    return v && v->is_number() ? v->as_double(key) : fallback;
+  };
+  const float factor = float(num("factor", 8.0));
+  const float low = float(num("low_freq_factor", 1.0)), high = float(num("high_freq_factor", 4.0));
+  // The converter reads original_max_position_embeddings from the top level of the config
+  // only (8192 when absent there), not from rope_scaling where Llama 3.1's config has it.
+  const float old_ctx = float(c.find_int("original_max_position_embeddings").value_or(8192));
+  const float low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  std::vector<float> factors;
+  for (int64_t i = 0; i < dim; i += 2) {
+    const float freq = 1.0f / std::pow(float(base), float(i) / float(dim));
+    const float wavelen = float(2 * M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      factors.push_back(factor);
+    } else {
+      const float smooth = (old_ctx / wavelen - low) / (high - low);
+      factors.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
+    }
+  }
+  return factors;
+}
+
+std::vector<std::string> safetensors_files(const fs::path& dir) {
+  std::vector<std::string> files;
+  if (const auto index = read_json_if(dir / "model.safetensors.index.json")) {
+    const json::Value* map = index->find("weight_map");
+    if (!map) fail(ErrorCode::malformed_file, "'{}': no weight_map", (dir / "model.safetensors.index.json").string());
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : map->as_object("model.safetensors.index.json: weight_map")) {
+      const std::string& f = file.as_string("weight_map: " + tensor);
+      if (f.find('/') != std::string::npos || f == "..")
+        fail(ErrorCode::malformed_file, "model.safetensors.index.json: shard '{}' is not a file name in the folder", f);
+      names.insert(f);
+    }
+    for (const std::string& n : names) files.push_back((dir / n).string());
+  } else {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  }
+  if (files.empty()) fail(ErrorCode::io, "convert: '{}' has no *.safetensors files", dir.string());
+  return files;
+}
+
+}  // namespace
+
+const char* to_string(ConvertType type) noexcept {
+  switch (type) {
+    case ConvertType::automatic: return "auto";
+    case ConvertType::f32: return "F32";
+    case ConvertType::f16: return "F16";
+    case ConvertType::bf16: return "BF16";
+  }
+  return "?";
+}
+
+bool is_hf_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+}
+
+ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::string& output,
+                                    const ConvertOptions& options) {
+  const fs::path dir(dir_name);
+  if (!fs::is_directory(dir)) fail(ErrorCode::io, "convert: '{}' is not a directory", dir_name);
+  if (!fs::is_regular_file(dir / "config.json"))
+    fail(ErrorCode::io, "convert: '{}' has no config.json (not a Hugging Face checkpoint)", dir_name);
+  TempFile temp(output, "convert");   // an unwritable folder fails here, before any work
+  const Config config((dir / "config.json").string());
+  ConvertReport report;
+
+  const json::Value* archs = config.find("architectures");
+  if (!archs || !archs->is_array() || archs->as_array("architectures").empty())
+    fail(ErrorCode::malformed_file, "{}: no \"architectures\" list", config.path());
+  report.hf_architecture = archs->as_array("architectures")[0].as_string(config.what("architectures"));
+  const ArchName* found = nullptr;
+  for (const ArchName& a : kArchs)
+    if (report.hf_architecture == a.hf) found = &a;
+  if (!found)
+    fail(ErrorCode::unsupported, "convert: '{}' is a {}; ember converts {}", dir_name, report.hf_architecture,
+         supported_list());
+  const Arch arch = found->arch;
+  const std::string a = arch == Arch::llama ? "llama" : "gemma3";
+  report.architecture = a;
+
+  // Tensors first (cheap: headers only), so that the output type is known.
+  std::vector<convert::SafetensorsFile> files;
+  for (const std::string& f : safetensors_files(dir)) files.emplace_back(f);
+  struct Item {
+    const convert::StTensor* t;
+    std::string name;   // GGUF
+  };
+  std::vector<Item> items;
+  std::set<DType> matrix_types;
+  std::set<std::string> seen;
+  for (const convert::SafetensorsFile& f : files) {
+    std::vector<const convert::StTensor*> sorted;
+    for (const convert::StTensor& t : f.tensors()) sorted.push_back(&t);
+    std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) { return x->name < y->name; });
+    for (const convert::StTensor* t : sorted) {
+      std::string name = t->name;
+      if (ends_with(name, ".attention.masked_bias") || ends_with(name, ".attention.bias") ||
+          ends_with(name, ".rotary_emb.inv_freq")) {
+        ++report.skipped;
+        continue;
+      }
+      if (arch == Arch::gemma3) {
+        if (name.rfind("language_model.", 0) == 0) {
+          name = name.substr(std::strlen("language_model."));
+        } else if (name.rfind("multi_modal_projector.", 0) == 0 || name.rfind("vision_tower.", 0) == 0 ||
+                   name.rfind("multimodal_projector.", 0) == 0 || name.rfind("vision_model.", 0) == 0) {
+          ++report.skipped;
+          continue;
+        }
+      }
+      std::string out = gguf_name(arch, name);
+      if (out.empty())
+        fail(ErrorCode::unsupported, "convert: tensor '{}' of '{}' has no GGUF name for {}", t->name, f.path(), a);
+      if (!seen.insert(out).second) fail(ErrorCode::malformed_file, "convert: two source tensors map to '{}'", out);
+      if (t->shape.size() >= 2) {
+        if (t->dtype == convert::StDType::f16) matrix_types.insert(DType::f16);
+        else if (t->dtype == convert::StDType::bf16) matrix_types.insert(DType::bf16);
+        else matrix_types.insert(DType::f32);
+      }
+      items.push_back({t, std::move(out)});
+    }
+  }
+  if (items.empty()) fail(ErrorCode::malformed_file, "convert: '{}' has no weights", dir_name);
+  DType matrix_type = DType::f32;
+  switch (options.type) {
+    case ConvertType::automatic:
+      matrix_type = matrix_types.size() == 1 ? *matrix_types.begin() : DType::f32;
+      break;
+    case ConvertType::f32: matrix_type = DType::f32; break;
+    case ConvertType::f16: matrix_type = DType::f16; break;
+    case ConvertType::bf16: matrix_type = DType::bf16; break;
+    default: fail(ErrorCode::invalid_argument, "convert: unknown output type {}", int(options.type));
+  }
+  report.type = matrix_type == DType::f16 ? ConvertType::f16 : matrix_type == DType::bf16 ? ConvertType::bf16 : ConvertType::f32;
+  const uint32_t file_type = matrix_type == DType::f32 ? 0 : matrix_type == DType::f16 ? 1 : 32;
+
+  const Vocab vocab = sentencepiece_vocab(dir, config, report.warnings);
+  const SpecialTokens special = special_tokens(dir, int64_t(vocab.tokens.size()), report.warnings);
+  report.n_vocab = int64_t(vocab.tokens.size());
+
+  gguf::Writer w;
+  w.add_string("general.architecture", a);
+  w.add_string("general.type", "model");
+  w.add_string("general.name", dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string());
+  const int64_t n_head_default = arch == Arch::gemma3 ? 8 : config.get_int("num_attention_heads");
+  const int64_t n_head = config.find_int("num_attention_heads").value_or(n_head_default);
+  const int64_t n_embd = config.get_int("hidden_size");
+  const int64_t n_layer = config.get_int("num_hidden_layers");
+  std::optional<int64_t> n_head_kv = config.find_int("num_key_value_heads");
+  if (arch == Arch::gemma3) {
+    const int64_t head_dim = config.find_int("head_dim").value_or(256);
+    w.add_uint32(a + ".context_length", to_u32(config.find_int("max_position_embeddings").value_or(131072), "context"));
+    w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
+    w.add_uint32(a + ".block_count", to_u32(n_layer, "num_hidden_layers"));
+    w.add_uint32(a + ".feed_forward_length", to_u32(config.get_int("intermediate_size"), "intermediate_size"));
+    w.add_uint32(a + ".attention.head_count", to_u32(n_head, "num_attention_heads"));
+    w.add_float32(a + ".attention.layer_norm_rms_epsilon", float(config.find_double("rms_norm_eps").value_or(1e-6)));
+    w.add_uint32(a + ".attention.key_length", to_u32(head_dim, "head_dim"));
+    w.add_uint32(a + ".attention.value_length", to_u32(head_dim, "head_dim"));
+    w.add_uint32("general.file_type", file_type);
+    w.add_float32(a + ".rope.freq_base", float(config.find_double("rope_theta").value_or(1000000.0)));
+    if (config.find("attn_logit_softcapping") || config.find("final_logit_softcapping"))
+      fail(ErrorCode::unsupported, "convert: {} sets logit soft-capping, which Gemma 3 does not have", config.path());
+    w.add_uint32(a + ".attention.sliding_window", to_u32(config.get_int("sliding_window"), "sliding_window"));
+    w.add_uint32(a + ".attention.head_count_kv", to_u32(n_head_kv.value_or(4), "num_key_value_heads"));
+    if (const json::Value* scaling = config.find("rope_scaling")) {
+      const json::Value* type = scaling->find("rope_type");
+      if (!type || !type->is_string() || type->as_string("rope_type") != "linear")
+        fail(ErrorCode::unsupported, "convert: Gemma 3 rope_scaling other than linear is not converted");
+      const json::Value* factor = scaling->find("factor");
+      if (!factor) fail(ErrorCode::malformed_file, "{}: rope_scaling without a factor", config.path());
+      w.add_string(a + ".rope.scaling.type", "linear");
+      w.add_float32(a + ".rope.scaling.factor", float(factor->as_double("rope_scaling.factor")));
+    }
+  } else {
+    // TextModel.set_gguf_parameters, then LlamaModel's additions.
+    w.add_uint32(a + ".block_count", to_u32(n_layer, "num_hidden_layers"));
+    if (const auto ctx = config.find_int("max_position_embeddings")) w.add_uint32(a + ".context_length", to_u32(*ctx, "context"));
+    w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
+    if (const auto ff = config.find_int("intermediate_size")) w.add_uint32(a + ".feed_forward_length", to_u32(*ff, "ff"));
+    w.add_uint32(a + ".attention.head_count", to_u32(n_head, "num_attention_heads"));
+    if (n_head_kv) w.add_uint32(a + ".attention.head_count_kv", to_u32(*n_head_kv, "num_key_value_heads"));
+    if (const auto theta = config.find_double("rope_theta")) w.add_float32(a + ".rope.freq_base", float(*theta));
+    if (const auto eps = config.find_double("rms_norm_eps")) w.add_float32(a + ".attention.layer_norm_rms_epsilon", float(*eps));
+    // transformers' LlamaConfig always has head_dim (hidden_size / heads when config.json omits it),
+    // and the converter reads the parsed config: so key and value lengths are always written.
+    const int64_t head_dim = config.find_int("head_dim").value_or(n_embd / n_head);
+    w.add_uint32(a + ".attention.key_length", to_u32(head_dim, "head_dim"));
+    w.add_uint32(a + ".attention.value_length", to_u32(head_dim, "head_dim"));
+    w.add_uint32("general.file_type", file_type);
+    w.add_uint32(a + ".vocab_size", to_u32(config.get_int("vocab_size"), "vocab_size"));
+    w.add_uint32(a + ".rope.dimension_count", to_u32(head_dim, "head_dim"));
+    if (const json::Value* scaling = config.find("rope_scaling")) {
+      const json::Value* type = scaling->find("rope_type");
+      if (!type) type = scaling->find("type");
+      const std::string kind = type && type->is_string() ? type->as_string("rope_type") : "";
+      if (kind == "linear" && scaling->find("factor")) {
+        w.add_string(a + ".rope.scaling.type", "linear");
+        w.add_float32(a + ".rope.scaling.factor", float(scaling->find("factor")->as_double("factor")));
+      } else if (kind != "llama3" && !kind.empty() && kind != "default") {
+        fail(ErrorCode::unsupported, "convert: Llama rope_scaling '{}' is not converted (linear and llama3 are)", kind);
+      }
+    }
+  }
+  w.add_uint32("general.quantization_version", 2);
+  add_tokenizer(w, vocab, special);
+  if (arch == Arch::gemma3) w.add_bool("tokenizer.ggml.add_space_prefix", false);
+  if (arch == Arch::llama) {
+    if (const auto cfg = read_json_if(dir / "tokenizer_config.json"))
+      if (const json::Value* p = cfg->find("add_prefix_space"); p && p->is_bool())
+        w.add_bool("tokenizer.ggml.add_space_prefix", p->as_bool("add_prefix_space"));
+  }
+
+  // Tensors: Llama 3's rope factors first, as the converter's generate_extra_tensors.
+  std::vector<float> rope_factors;
+  if (arch == Arch::llama) {
+    const json::Value* scaling = config.find("rope_scaling");
+    const json::Value* type = scaling ? scaling->find("rope_type") : nullptr;
+    if (type && type->is_string() && type->as_string("rope_type") == "llama3")
+      rope_factors = llama3_rope_factors(config, *scaling);
+  }
+  const int64_t total = int64_t(items.size()) + (rope_factors.empty() ? 0 : 1);
+  int64_t done = 0;
+  auto progress = [&](std::string_view name) {
+    ++done;
+    ++report.tensors;
+    if (options.progress) options.progress(ConvertProgress{.tensor = done, .tensors = total, .name = name});
+  };
+  if (!rope_factors.empty()) {
+    w.add_tensor("rope_freqs.weight", DType::f32, {int64_t(rope_factors.size())}, encode(rope_factors, DType::f32));
+    progress("rope_freqs.weight");
+  }
+  for (const Item& item : items) {
+    const convert::StTensor& t = *item.t;
+    if (t.shape.empty() || t.shape.size() > 4)
+      fail(ErrorCode::unsupported, "convert: tensor '{}' has {} dimensions", t.name, t.shape.size());
+    std::vector<float> values = to_f32(t);
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
+    const int64_t cols = t.shape.back();
+    std::vector<int64_t> shape(t.shape.rbegin(), t.shape.rend());   // GGUF: innermost first
+    const std::string& name = item.name;
+    if (arch == Arch::llama) {
+      const bool q = ends_with(name, "attn_q.weight") || ends_with(name, "attn_q.bias");
+      const bool k = ends_with(name, "attn_k.weight") || ends_with(name, "attn_k.bias");
+      const int64_t permute_rows = t.shape.size() == 1 ? cols : rows, permute_cols = t.shape.size() == 1 ? 1 : cols;
+      if (q) values = permute_heads(values, permute_rows, permute_cols, n_head, t.name);
+      if (k) values = permute_heads(values, permute_rows, permute_cols, n_head_kv.value_or(n_head), t.name);
+    } else {
+      if (name == "token_embd.weight") {
+        const int64_t keep = int64_t(vocab.tokens.size());
+        if (t.shape.size() != 2 || rows < keep)
+          fail(ErrorCode::malformed_file, "convert: '{}' has {} rows for a vocabulary of {}", t.name, rows, keep);
+        values.resize(size_t(keep * cols));
+        shape[1] = keep;
+      }
+      if (ends_with(t.name, "norm.weight"))   // Gemma3RMSNorm scales by (1 + w)
+        for (float& x : values) x += 1.0f;
+    }
+    const bool f32 = shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight");
+    const DType type = f32 ? DType::f32 : matrix_type;
+    w.add_tensor(name, type, shape, encode(values, type));
+    progress(name);
+  }
+
+  w.write(temp.path());
+  report.file_bytes = fs::file_size(temp.path());
+  temp.commit();
+  return report;
+}
+
+}  // namespace ember

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Writes the tiny Hugging Face checkpoints of tests/convert (see README.md here).
+
+Needs torch, safetensors and sentencepiece (pip). The weights are
+random (fixed seed); the SentencePiece vocabulary is trained on docs/*.md. Run from the
+repository root:  python3 tests/data/hf/make_fixtures.py tests/data/hf
+"""
+import glob
+import json
+import os
+import sys
+import tempfile
+
+import sentencepiece as spm
+import torch
+from safetensors.torch import save_file
+
+out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/hf"
+torch.manual_seed(1234)
+
+
+def train_spm(path_prefix):
+    text = "\n".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob("docs/*.md")))
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        f.write(text)
+        corpus = f.name
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=path_prefix, vocab_size=420, model_type="bpe", byte_fallback=True,
+        pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=["<start_of_turn>", "<end_of_turn>"],
+        control_symbols=["<mask>"], num_threads=1, add_dummy_prefix=False, split_digits=True,
+        character_coverage=1.0, max_sentence_length=100000, minloglevel=2)
+    os.remove(corpus)
+
+
+def write_tokenizer(d, template, added, config):
+    """tokenizer.json (only what the converters read: added_tokens; a real one also holds the
+    vocabulary) and tokenizer_config.json with added_tokens_decoder, written by hand:
+    `added` is a list of (id, content, special)."""
+    entries = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": sp} for i, c, sp in added]
+    json.dump({"version": "1.0", "added_tokens": entries, "model": {"type": "BPE", "vocab": {}, "merges": []}},
+              open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8"), indent=2, ensure_ascii=False)
+    cfg = {"added_tokens_decoder": {str(e["id"]): {k: v for k, v in e.items() if k != "id"} for e in entries}}
+    cfg.update(config)
+    cfg["chat_template"] = template
+    json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8"), indent=2,
+              ensure_ascii=False)
+
+
+def rnd(*shape, dtype):
+    return (torch.randn(*shape) * 0.05).to(dtype)
+
+
+# Gemma 3: BF16 weights, tied embeddings, a config vocabulary 3 larger than the tokenizer's
+# (padding rows), text_config nesting as in Gemma3ForConditionalGeneration checkpoints.
+g = os.path.join(out, "gemma3")
+os.makedirs(g, exist_ok=True)
+train_spm(os.path.join(g, "tokenizer"))
+n_vocab = spm.SentencePieceProcessor(model_file=os.path.join(g, "tokenizer.model")).vocab_size() + 3
+hidden, ff, layers, heads, kv, hd = 64, 96, 2, 4, 1, 16
+config = {
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": hidden,
+    "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+    "num_key_value_heads": kv, "head_dim": hd, "vocab_size": n_vocab, "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "sliding_window": 32,
+    "query_pre_attn_scalar": hd, "rope_scaling": None, "bos_token_id": 2, "eos_token_id": [1, 106],
+    "pad_token_id": 0, "torch_dtype": "bfloat16", "tie_word_embeddings": True,
+}
+json.dump(config, open(os.path.join(g, "config.json"), "w"), indent=2)
+t = {"model.embed_tokens.weight": rnd(n_vocab, hidden, dtype=torch.bfloat16),
+     "model.norm.weight": rnd(hidden, dtype=torch.bfloat16)}
+for i in range(layers):
+    p = f"model.layers.{i}."
+    t[p + "input_layernorm.weight"] = rnd(hidden, dtype=torch.bfloat16)
+    t[p + "post_attention_layernorm.weight"] = rnd(hidden, dtype=torch.bfloat16)
+    t[p + "pre_feedforward_layernorm.weight"] = rnd(hidden, dtype=torch.bfloat16)
+    t[p + "post_feedforward_layernorm.weight"] = rnd(hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.q_proj.weight"] = rnd(heads * hd, hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.k_proj.weight"] = rnd(kv * hd, hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.v_proj.weight"] = rnd(kv * hd, hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.o_proj.weight"] = rnd(hidden, heads * hd, dtype=torch.bfloat16)
+    t[p + "self_attn.q_norm.weight"] = rnd(hd, dtype=torch.bfloat16)
+    t[p + "self_attn.k_norm.weight"] = rnd(hd, dtype=torch.bfloat16)
+    t[p + "mlp.gate_proj.weight"] = rnd(ff, hidden, dtype=torch.bfloat16)
+    t[p + "mlp.up_proj.weight"] = rnd(ff, hidden, dtype=torch.bfloat16)
+    t[p + "mlp.down_proj.weight"] = rnd(hidden, ff, dtype=torch.bfloat16)
+save_file(t, os.path.join(g, "model.safetensors"), metadata={"format": "pt"})
+write_tokenizer(g, "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
+                "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
+                [(0, "<pad>", True), (1, "<eos>", True), (2, "<bos>", True), (3, "<unk>", True), (4, "<mask>", True),
+                 (5, "<start_of_turn>", True), (6, "<end_of_turn>", True), (n_vocab - 1, "<extra\u2581tok>", False)],
+                {"add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>", "eos_token": "<eos>",
+                 "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": {"content": "<mask>"},
+                 "tokenizer_class": "GemmaTokenizer"})
+
+# Llama: F16 and F32 weights in two shards with an index, grouped-query attention (the
+# converter permutes q and k), an untied output, Llama 3 rope scaling (rope_freqs).
+l = os.path.join(out, "llama")
+os.makedirs(l, exist_ok=True)
+train_spm(os.path.join(l, "tokenizer"))
+n_vocab = spm.SentencePieceProcessor(model_file=os.path.join(l, "tokenizer.model")).vocab_size()
+hidden, ff, layers, heads, kv = 64, 128, 2, 4, 2
+config = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+    "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+    "num_key_value_heads": kv, "vocab_size": n_vocab, "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "bos_token_id": 2, "eos_token_id": 1,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 256},
+    "torch_dtype": "float16", "tie_word_embeddings": False,
+}
+json.dump(config, open(os.path.join(l, "config.json"), "w"), indent=2)
+shards = [{}, {}]
+shards[0]["model.embed_tokens.weight"] = rnd(n_vocab, hidden, dtype=torch.float16)
+shards[1]["lm_head.weight"] = rnd(n_vocab, hidden, dtype=torch.float32)
+shards[1]["model.norm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+for i in range(layers):
+    s = shards[i % 2]
+    p = f"model.layers.{i}."
+    s[p + "input_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+    s[p + "post_attention_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+    s[p + "self_attn.q_proj.weight"] = rnd(hidden, hidden, dtype=torch.float16)
+    s[p + "self_attn.k_proj.weight"] = rnd(kv * hidden // heads, hidden, dtype=torch.float16)
+    s[p + "self_attn.v_proj.weight"] = rnd(kv * hidden // heads, hidden, dtype=torch.float16)
+    s[p + "self_attn.o_proj.weight"] = rnd(hidden, hidden, dtype=torch.float16)
+    s[p + "self_attn.rotary_emb.inv_freq"] = rnd(hidden // heads // 2, dtype=torch.float32)
+    s[p + "mlp.gate_proj.weight"] = rnd(ff, hidden, dtype=torch.float16)
+    s[p + "mlp.up_proj.weight"] = rnd(ff, hidden, dtype=torch.float16)
+    s[p + "mlp.down_proj.weight"] = rnd(hidden, ff, dtype=torch.float16)
+index = {"metadata": {}, "weight_map": {}}
+for k, s in enumerate(shards):
+    name = f"model-{k + 1:05d}-of-00002.safetensors"
+    save_file(s, os.path.join(l, name), metadata={"format": "pt"})
+    index["weight_map"].update({n: name for n in s})
+json.dump(index, open(os.path.join(l, "model.safetensors.index.json"), "w"), indent=2)
+write_tokenizer(l, "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}",
+                [(0, "<pad>", True), (1, "</s>", True), (2, "<s>", True), (3, "<unk>", True)],
+                {"add_prefix_space": True, "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+                 "eos_token": "</s>", "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"})
+
+for d in (g, l):
+    for extra in glob.glob(os.path.join(d, "tokenizer.vocab")):
+        os.remove(extra)
+print("wrote", g, "and", l)
