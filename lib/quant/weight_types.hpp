@@ -46,9 +46,9 @@
   X(q4_k, Q4_K, 12, 256, 144, q8_k, ALL)       \
   X(q5_k, Q5_K, 13, 256, 176, q8_k, ALL)       \
   X(q6_k, Q6_K, 14, 256, 210, q8_k, ALL)       \
-  X(q4_g128, Q4_G128, 1100, 128, 68, q8_1, X86)  \
-  X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, X86)    \
-  X(q8_w, Q8_W, 1102, 32, 34, q8_t, X86)
+  X(q4_g128, Q4_G128, 1100, 128, 68, q8_1, ALL)  \
+  X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, ALL)    \
+  X(q8_w, Q8_W, 1102, 32, 34, q8_t, ALL)
 
 // EMBER_IF_LEVEL(levels, level, x): x where the registry's `levels` column gives
 // `level` (scalar, avx2, avx2vnni, avx512, neon, dotprod, i8mm) a table of its own.

@@ -1,0 +1,104 @@
+// ARM64 kernels of Q8_W weights with Q8_T activations (W8A8, lib/quant/q8_w.cpp), in the
+// x86 levels' design (kernels/avx2/q8_w.cpp): one scale per weight row and one per
+// token, so a whole row's code products are summed in int32 lanes (dot4: SDOT at the
+// dotprod and i8mm levels; at most 4 * 128 * 128 per block and lane, no overflow below
+// 2^31 for any row shorter than 130,000 values) and converted and scaled once per row
+// and token. At the i8mm level batches take pairs of rows x pairs of tokens with SMMLA,
+// also summed in int32 to the end. Integer sums are exact, so every level gives the
+// reference's bits.
+#include "common/fp16.hpp"
+#include "cpu/kernels/neon/blocks32.hpp"
+#include "cpu/kernels/neon/mmla.hpp"
+#include "cpu/kernels/tile.hpp"
+#include "quant/formats.hpp"
+
+namespace ember::cpu::EMBER_NEON_NS {
+namespace {
+
+struct StepQ8W {
+  static constexpr int kStep = quant::kQK;
+  using Act = ActQ8_0;
+  using Wt = WtCodes;
+  struct Acc {
+    int32x4_t v;
+    float scale;
+  };
+  static Acc zero() { return {vdupq_n_s32(0), 0.0f}; }
+  static Act load_act(const std::byte* a, int64_t s) { return ActQ8_0::load(a, s); }
+  static Wt load_w(const std::byte* w, int64_t s) {
+    const std::byte* b = w + size_t(s) * sizeof(quant::BlockQ8_0);
+    return {load_s8(b + 2), load_s8(b + 18), half_at(b)};
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    acc.v = dot4(dot4(acc.v, w.q0, a.y0), w.q1, a.y1);
+    acc.scale = w.d * a.d;   // the same in every block of the row and token
+  }
+  static float reduce(const Acc& acc) { return acc.scale * float(vaddvq_s32(acc.v)); }
+  static float tail(const std::byte*, const std::byte*, int64_t, int64_t) { return 0.0f; }
+};
+
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+struct MmlaQ8W {
+  static constexpr int kStep = quant::kQK;
+  struct Act {
+    Pair32 y;
+    float32x4_t d;   // per_token
+  };
+  struct Wt {
+    Pair32 q;
+    float32x4_t d;   // per_row
+  };
+  struct Acc {
+    int32x4_t v;
+    float32x4_t scale;
+  };
+  static Acc zero() { return {vdupq_n_s32(0), vdupq_n_f32(0.0f)}; }
+  static Act load_act(const std::byte* a, size_t row_bytes, int64_t s) {
+    const ActQ8_0 t0 = ActQ8_0::load(a, s), t1 = ActQ8_0::load(a + row_bytes, s);
+    return {interleave(t0.y0, t0.y1, t1.y0, t1.y1), per_token(t0.d, t1.d)};
+  }
+  static Wt load_w(const std::byte* w, size_t row_bytes, int64_t s) {
+    const WtCodes r0 = StepQ8W::load_w(w, s), r1 = StepQ8W::load_w(w + row_bytes, s);
+    return {interleave(r0.q0, r0.q1, r1.q0, r1.q1), per_row(r0.d, r1.d)};
+  }
+  static void madd(Acc& acc, const Wt& w, const Act& a) {
+    acc.v = vaddq_s32(acc.v, mmla32(w.q, a.y));
+    acc.scale = vmulq_f32(w.d, a.d);
+  }
+  static float32x4_t finish(const Acc& acc) { return vmulq_f32(acc.scale, vcvtq_f32_s32(acc.v)); }
+};
+#else
+struct MmlaQ8W {};
+#endif
+
+// Q8_T, as quant::ref::quantize_q8_t: one max |x| for the row, codes rounded half to
+// even (FCVTNS) from x * (127 / max), d = fp16(max / 127) in every block.
+void quantize_q8_t(const float* x, void* dst, int64_t n) {
+  auto* blocks = static_cast<quant::BlockQ8_0*>(dst);
+  float32x4_t m = vdupq_n_f32(0.0f);
+  for (int64_t i = 0; i < n; i += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + i)));
+  const float amax = vmaxvq_f32(m);
+  const uint16_t d = fp32_to_fp16(amax / 127.0f);
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t b = 0; b < n / quant::kQK; ++b) {
+    int32x4_t q[8];
+    for (int i = 0; i < 8; ++i) q[i] = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + b * quant::kQK + 4 * i), id));
+    int8_t* qs = blocks[b].qs;
+    for (int h = 0; h < 2; ++h) {
+      const int16x8_t a = vcombine_s16(vmovn_s32(q[4 * h]), vmovn_s32(q[4 * h + 1]));
+      const int16x8_t c = vcombine_s16(vmovn_s32(q[4 * h + 2]), vmovn_s32(q[4 * h + 3]));
+      vst1q_s8(qs + 16 * h, vcombine_s8(vmovn_s16(a), vmovn_s16(c)));
+    }
+    blocks[b].d = d;
+  }
+}
+
+constexpr int kTileW = 4, kTileX = 2;
+
+}  // namespace
+
+extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quantize_q8_t, dot<StepQ8W>,
+                                    dot_tile_mmla<StepQ8W, MmlaQ8W, kTileW, kTileX>, quant::ref::dequantize_q8_w,
+                                    kTileW, kTileX, {}, nullptr, {}, dot_tile<StepQ8W, kTileW, kTileX>};
+
+}  // namespace ember::cpu::EMBER_NEON_NS
