@@ -35,7 +35,7 @@ using quant::DType;
 
 namespace {
 
-enum class Arch { llama, gemma3 };
+enum class Arch { llama, gemma3, qwen2, qwen3 };
 
 struct ArchName {
   const char* hf;
@@ -46,7 +46,19 @@ constexpr ArchName kArchs[] = {
     {"MistralForCausalLM", Arch::llama},
     {"Gemma3ForCausalLM", Arch::gemma3},
     {"Gemma3ForConditionalGeneration", Arch::gemma3},
+    {"Qwen2ForCausalLM", Arch::qwen2},
+    {"Qwen3ForCausalLM", Arch::qwen3},
 };
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::llama: return "llama";
+    case Arch::gemma3: return "gemma3";
+    case Arch::qwen2: return "qwen2";
+    case Arch::qwen3: return "qwen3";
+  }
+  return "?";
+}
 
 std::string supported_list() {
   std::string s;
@@ -86,10 +98,51 @@ class Config {
   }
   const std::string& path() const { return path_; }
 
+  // The converter reads transformers' parsed config, in which every attribute of the
+  // model's config class is present: its defaults fill the keys config.json leaves out.
+  void add_defaults(std::initializer_list<std::pair<const char*, json::Value>> defaults) {
+    json::Object merged;
+    for (const auto& [k, v] : defaults)
+      if (!find(k)) merged.emplace_back(k, v);
+    members_.insert(members_.begin(), merged.begin(), merged.end());
+  }
+
  private:
   std::string path_;
   json::Object members_;
 };
+
+// transformers' config class defaults (LlamaConfig, MistralConfig, Qwen2Config,
+// Qwen3Config, Gemma3TextConfig) for the keys the converter reads.
+void add_class_defaults(Config& c, const std::string& hf_arch, Arch arch) {
+  using json::Value;
+  auto i = [](int64_t v) { return Value::make_integer(v); };
+  auto f = [](double v) { return Value::make_number(v); };
+  if (arch == Arch::gemma3) {
+    c.add_defaults({{"vocab_size", i(262208)}, {"hidden_size", i(2304)}, {"intermediate_size", i(9216)},
+                    {"num_hidden_layers", i(26)}, {"num_attention_heads", i(8)}, {"num_key_value_heads", i(4)},
+                    {"head_dim", i(256)}, {"max_position_embeddings", i(131072)}, {"rms_norm_eps", f(1e-6)},
+                    {"rope_theta", f(1000000.0)}, {"sliding_window", i(4096)}});
+    return;
+  }
+  const bool mistral = hf_arch == "MistralForCausalLM";
+  if (arch == Arch::llama)
+    c.add_defaults({{"vocab_size", i(32000)}, {"hidden_size", i(4096)}, {"intermediate_size", i(mistral ? 14336 : 11008)},
+                    {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)},
+                    {"max_position_embeddings", i(mistral ? 131072 : 2048)}, {"rms_norm_eps", f(1e-6)},
+                    {"rope_theta", f(10000.0)}});
+  else
+    c.add_defaults({{"vocab_size", i(151936)}, {"hidden_size", i(4096)}, {"intermediate_size", i(22016)},
+                    {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)}, {"max_position_embeddings", i(32768)},
+                    {"rms_norm_eps", f(1e-6)}, {"rope_theta", f(10000.0)}});
+  if (arch == Arch::qwen3) c.add_defaults({{"head_dim", i(128)}});
+  const int64_t heads = c.get_int("num_attention_heads");
+  if (mistral) c.add_defaults({{"num_key_value_heads", i(8)}});
+  c.add_defaults({{"num_key_value_heads", i(heads)}});
+  // LlamaConfig computes head_dim; MistralConfig and Qwen2Config leave it None.
+  if (arch == Arch::llama && !mistral)
+    c.add_defaults({{"head_dim", i(c.get_int("hidden_size") / std::max<int64_t>(heads, 1))}});
+}
 
 uint32_t to_u32(int64_t v, std::string_view what) {
   if (v < 0 || v > int64_t(UINT32_MAX)) fail(ErrorCode::malformed_file, "{} is {}, out of range", what, v);
@@ -106,9 +159,12 @@ std::optional<json::Value> read_json_if(const fs::path& path) {
 constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
 
 struct Vocab {
+  std::string model = "llama";    // tokenizer.ggml.model: llama (SentencePiece) or gpt2 (byte-level BPE)
+  std::string pre = "default";    // tokenizer.ggml.pre
   std::vector<std::string> tokens;
-  std::vector<float> scores;
+  std::vector<float> scores;      // SentencePiece only
   std::vector<int32_t> types;
+  std::vector<std::string> merges;   // BPE only
 };
 
 // llama.cpp's does_token_look_special.
@@ -196,6 +252,113 @@ Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector
   return v;
 }
 
+// The pre-tokenizer's name from tokenizer.json's own description. llama.cpp's converter
+// names it by hashing the ids its Python tokenizer gives for a fixed text; the three
+// splits below are the ones whose hashes it maps to these names for GPT-2, Llama 3 and
+// Qwen 2 / 2.5 / 3 (which all use Qwen 2's).
+std::string bpe_pre_name(const json::Value& tokenizer) {
+  static constexpr std::string_view kLlama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static constexpr std::string_view kQwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const json::Value* pre = tokenizer.find("pre_tokenizer");
+  auto type_of = [](const json::Value* v) -> std::string {
+    const json::Value* t = v ? v->find("type") : nullptr;
+    return t && t->is_string() ? t->as_string("type") : "";
+  };
+  auto flag = [](const json::Value& v, const char* key, bool fallback) {
+    const json::Value* f = v.find(key);
+    return f && f->is_bool() ? f->as_bool(key) : fallback;
+  };
+  if (type_of(pre) == "ByteLevel" && flag(*pre, "use_regex", true) && !flag(*pre, "add_prefix_space", false))
+    return "gpt-2";
+  if (type_of(pre) == "Sequence") {
+    const json::Value* list = pre->find("pretokenizers");
+    if (list && list->is_array() && list->as_array("pretokenizers").size() == 2) {
+      const json::Value& split = list->as_array("pretokenizers")[0];
+      const json::Value& bytes = list->as_array("pretokenizers")[1];
+      const json::Value* pattern = split.find("pattern");
+      const json::Value* regex = pattern ? pattern->find("Regex") : nullptr;
+      if (type_of(&split) == "Split" && regex && regex->is_string() && type_of(&bytes) == "ByteLevel" &&
+          !flag(bytes, "use_regex", true)) {
+        if (regex->as_string("Regex") == kLlama3) return "llama-bpe";
+        if (regex->as_string("Regex") == kQwen2) return "qwen2";
+      }
+    }
+  }
+  fail(ErrorCode::unsupported,
+       "convert: tokenizer.json's pre-tokenizer ({}) is not one ember recognises (GPT-2's byte-level split, Llama 3's "
+       "and Qwen 2's regular expressions)",
+       type_of(pre).empty() ? std::string("none") : type_of(pre));
+}
+
+// llama.cpp's get_vocab_base and SpecialVocab's merges, from tokenizer.json.
+Vocab bpe_vocab(const fs::path& dir, const Config& config, std::vector<std::string>& warnings) {
+  const auto tok = read_json_if(dir / "tokenizer.json");
+  if (!tok)
+    fail(ErrorCode::unsupported, "convert: '{}' has neither tokenizer.model nor tokenizer.json", dir.string());
+  const json::Value* model = tok->find("model");
+  const json::Value* type = model ? model->find("type") : nullptr;
+  if (!type || !type->is_string() || type->as_string("type") != "BPE")
+    fail(ErrorCode::unsupported, "convert: tokenizer.json's model is not BPE; ember converts byte-level BPE and SentencePiece");
+  const json::Value* vocab_json = model->find("vocab");
+  if (!vocab_json) fail(ErrorCode::malformed_file, "tokenizer.json: model without a vocab");
+  Vocab v;
+  v.model = "gpt2";
+  v.pre = bpe_pre_name(*tok);
+  std::map<int64_t, std::string> by_id;
+  std::map<int64_t, bool> added;   // id -> special
+  for (const auto& [text, id] : vocab_json->as_object("tokenizer.json: vocab")) by_id[id.as_int("vocab id")] = text;
+  if (const json::Value* list = tok->find("added_tokens"); list && list->is_array())
+    for (const json::Value& t : list->as_array("added_tokens")) {
+      const json::Value* id = t.find("id");
+      const json::Value* content = t.find("content");
+      if (!id || !content) fail(ErrorCode::malformed_file, "tokenizer.json: an added token without id or content");
+      const json::Value* special = t.find("special");
+      by_id[id->as_int("added token id")] = content->as_string("added token content");
+      added[id->as_int("added token id")] = special && special->is_bool() && special->as_bool("special");
+    }
+  const int64_t n_vocab = config.get_int("vocab_size");
+  if (!by_id.empty() && (by_id.begin()->first < 0 || by_id.rbegin()->first >= n_vocab))
+    fail(ErrorCode::malformed_file, "convert: tokenizer.json has token id {} outside config.json's vocab_size {}",
+         by_id.begin()->first < 0 ? by_id.begin()->first : by_id.rbegin()->first, n_vocab);
+  for (int64_t i = 0; i < n_vocab; ++i) {
+    const auto t = by_id.find(i);
+    if (t == by_id.end()) {
+      v.tokens.push_back(fmt::format("[PAD{}]", i));
+      v.types.push_back(kUnused);
+      continue;
+    }
+    std::string token = t->second;
+    int32_t token_type = kNormal;
+    if (const auto a = added.find(i); a != added.end()) {
+      if (a->second || looks_special(token)) {
+        token_type = kControl;
+      } else {
+        token = replace_all(token, "\xE2\x96\x81", " ");
+        token_type = kUserDefined;
+      }
+    }
+    v.tokens.push_back(std::move(token));
+    v.types.push_back(token_type);
+  }
+  if (const json::Value* merges = model->find("merges"); merges && merges->is_array()) {
+    for (const json::Value& m : merges->as_array("merges")) {
+      if (m.is_string()) {
+        v.merges.push_back(m.as_string("merge"));
+        continue;
+      }
+      const json::Array& pair = m.as_array("tokenizer.json: merge");
+      if (pair.size() != 2) fail(ErrorCode::malformed_file, "tokenizer.json: a merge that is not a pair");
+      // Spaces inside a part are written as U+0120, as SpecialVocab does.
+      v.merges.push_back(replace_all(pair[0].as_string("merge"), " ", "\xC4\xA0") + " " +
+                         replace_all(pair[1].as_string("merge"), " ", "\xC4\xA0"));
+    }
+  }
+  if (v.merges.empty()) warnings.push_back("tokenizer.json has no merges: the vocabulary may not tokenize");
+  return v;
+}
+
 // gguf-py's SpecialVocab (without merges): written in the order found.
 struct SpecialTokens {
   std::vector<std::pair<std::string, uint32_t>> ids;   // type -> id
@@ -260,11 +423,12 @@ SpecialTokens special_tokens(const fs::path& dir, int64_t n_vocab, std::vector<s
 }
 
 void add_tokenizer(gguf::Writer& w, const Vocab& v, const SpecialTokens& s) {
-  w.add_string("tokenizer.ggml.model", "llama");
-  w.add_string("tokenizer.ggml.pre", "default");
+  w.add_string("tokenizer.ggml.model", v.model);
+  w.add_string("tokenizer.ggml.pre", v.pre);
   w.add_string_array("tokenizer.ggml.tokens", v.tokens);
-  w.add_float32_array("tokenizer.ggml.scores", v.scores);
+  if (v.model == "llama") w.add_float32_array("tokenizer.ggml.scores", v.scores);
   w.add_int32_array("tokenizer.ggml.token_type", v.types);
+  if (!v.merges.empty()) w.add_string_array("tokenizer.ggml.merges", v.merges);
   static const std::map<std::string, std::string> kIdKeys = {
       {"bos", "bos_token_id"},         {"eos", "eos_token_id"},       {"unk", "unknown_token_id"},
       {"sep", "seperator_token_id"},   {"pad", "padding_token_id"},   {"mask", "mask_token_id"}};
@@ -305,11 +469,14 @@ std::string gguf_name(Arch arch, const std::string& name) {
       {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},        {"mlp.down_proj", "ffn_down"},
   };
   static const std::map<std::string, std::string> kLlama = {{"post_attention_layernorm", "ffn_norm"}};
+  static const std::map<std::string, std::string> kQwen = {{"post_attention_layernorm", "ffn_norm"},
+                                                           {"self_attn.q_norm", "attn_q_norm"},
+                                                           {"self_attn.k_norm", "attn_k_norm"}};
   static const std::map<std::string, std::string> kGemma3 = {
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},     {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"}};
-  const auto& own = arch == Arch::llama ? kLlama : kGemma3;
+  const auto& own = arch == Arch::llama ? kLlama : arch == Arch::gemma3 ? kGemma3 : kQwen;
   std::string base;
   if (const auto c = kCommon.find(rest); c != kCommon.end()) base = c->second;
   else if (const auto o = own.find(rest); o != own.end()) base = o->second;
@@ -461,7 +628,7 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   if (!fs::is_regular_file(dir / "config.json"))
     fail(ErrorCode::io, "convert: '{}' has no config.json (not a Hugging Face checkpoint)", dir_name);
   TempFile temp(output, "convert");   // an unwritable folder fails here, before any work
-  const Config config((dir / "config.json").string());
+  Config config((dir / "config.json").string());
   ConvertReport report;
 
   const json::Value* archs = config.find("architectures");
@@ -475,7 +642,8 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
     fail(ErrorCode::unsupported, "convert: '{}' is a {}; ember converts {}", dir_name, report.hf_architecture,
          supported_list());
   const Arch arch = found->arch;
-  const std::string a = arch == Arch::llama ? "llama" : "gemma3";
+  const std::string a = arch_name(arch);
+  add_class_defaults(config, report.hf_architecture, arch);
   report.architecture = a;
 
   // Tensors first (cheap: headers only), so that the output type is known.
@@ -498,6 +666,13 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
           ends_with(name, ".rotary_emb.inv_freq")) {
         ++report.skipped;
         continue;
+      }
+      if (arch == Arch::qwen2 || arch == Arch::qwen3) {
+        if (name.rfind("mlp", 0) == 0 || name.rfind("multi_modal_projector", 0) == 0 ||
+            name.rfind("vision_model", 0) == 0 || name.rfind("audio_tower", 0) == 0) {
+          ++report.skipped;
+          continue;
+        }
       }
       if (arch == Arch::gemma3) {
         if (name.rfind("language_model.", 0) == 0) {
@@ -534,7 +709,27 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   report.type = matrix_type == DType::f16 ? ConvertType::f16 : matrix_type == DType::bf16 ? ConvertType::bf16 : ConvertType::f32;
   const uint32_t file_type = matrix_type == DType::f32 ? 0 : matrix_type == DType::f16 ? 1 : 32;
 
-  const Vocab vocab = sentencepiece_vocab(dir, config, report.warnings);
+  Vocab vocab;
+  if (fs::is_regular_file(dir / "tokenizer.model") || arch == Arch::gemma3) {
+    vocab = sentencepiece_vocab(dir, config, report.warnings);   // Gemma 3's converter needs it
+  } else {
+    // Llama's converter tries SentencePiece, then LlamaHfVocab (a tokenizer.json made from a
+    // SentencePiece model: BPE with byte fallback), then byte-level BPE; Qwen's skips the second.
+    if (arch == Arch::llama)
+      if (const auto tok = read_json_if(dir / "tokenizer.json")) {
+        const json::Value* model = tok->find("model");
+        const json::Value* fallback = model ? model->find("byte_fallback") : nullptr;
+        const json::Value* ignore = model ? model->find("ignore_merges") : nullptr;
+        const bool byte_fallback = fallback && fallback->is_bool() && fallback->as_bool("byte_fallback");
+        const bool llama3 = ignore && ignore->is_bool() && ignore->as_bool("ignore_merges") && !byte_fallback;
+        if (!llama3 && byte_fallback)
+          fail(ErrorCode::unsupported,
+               "convert: '{}' has a SentencePiece-style tokenizer.json without tokenizer.model; ember converts "
+               "SentencePiece vocabularies from tokenizer.model only",
+               dir.string());
+      }
+    vocab = bpe_vocab(dir, config, report.warnings);
+  }
   const SpecialTokens special = special_tokens(dir, int64_t(vocab.tokens.size()), report.warnings);
   report.n_vocab = int64_t(vocab.tokens.size());
 
@@ -573,7 +768,7 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
       w.add_float32(a + ".rope.scaling.factor", float(factor->as_double("rope_scaling.factor")));
     }
   } else {
-    // TextModel.set_gguf_parameters, then LlamaModel's additions.
+    // TextModel.set_gguf_parameters (with the config class's defaults filled in).
     w.add_uint32(a + ".block_count", to_u32(n_layer, "num_hidden_layers"));
     if (const auto ctx = config.find_int("max_position_embeddings")) w.add_uint32(a + ".context_length", to_u32(*ctx, "context"));
     w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
@@ -582,23 +777,42 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
     if (n_head_kv) w.add_uint32(a + ".attention.head_count_kv", to_u32(*n_head_kv, "num_key_value_heads"));
     if (const auto theta = config.find_double("rope_theta")) w.add_float32(a + ".rope.freq_base", float(*theta));
     if (const auto eps = config.find_double("rms_norm_eps")) w.add_float32(a + ".attention.layer_norm_rms_epsilon", float(*eps));
-    // transformers' LlamaConfig always has head_dim (hidden_size / heads when config.json omits it),
-    // and the converter reads the parsed config: so key and value lengths are always written.
-    const int64_t head_dim = config.find_int("head_dim").value_or(n_embd / n_head);
-    w.add_uint32(a + ".attention.key_length", to_u32(head_dim, "head_dim"));
-    w.add_uint32(a + ".attention.value_length", to_u32(head_dim, "head_dim"));
+    for (const char* key : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"})
+      if (const auto eps = config.find_double(key)) {
+        w.add_float32(a + ".attention.layer_norm_epsilon", float(*eps));
+        break;
+      }
+    if (config.find("num_local_experts") || config.find("num_experts"))
+      fail(ErrorCode::unsupported, "convert: mixture-of-experts checkpoints are not converted yet");
+    const std::optional<int64_t> head_dim = config.find_int("head_dim");
+    if (head_dim) {
+      w.add_uint32(a + ".attention.key_length", to_u32(*head_dim, "head_dim"));
+      w.add_uint32(a + ".attention.value_length", to_u32(*head_dim, "head_dim"));
+    }
     w.add_uint32("general.file_type", file_type);
-    w.add_uint32(a + ".vocab_size", to_u32(config.get_int("vocab_size"), "vocab_size"));
-    w.add_uint32(a + ".rope.dimension_count", to_u32(head_dim, "head_dim"));
-    if (const json::Value* scaling = config.find("rope_scaling")) {
-      const json::Value* type = scaling->find("rope_type");
-      if (!type) type = scaling->find("type");
-      const std::string kind = type && type->is_string() ? type->as_string("rope_type") : "";
+    const json::Value* scaling = config.find("rope_scaling");
+    const json::Value* type = scaling ? scaling->find("rope_type") : nullptr;
+    if (scaling && !type) type = scaling->find("type");
+    const std::string kind = type && type->is_string() ? type->as_string("rope_type") : "";
+    if (arch == Arch::llama) {   // LlamaModel's additions
+      w.add_uint32(a + ".vocab_size", to_u32(config.get_int("vocab_size"), "vocab_size"));
+      const int64_t rope_dim = head_dim.value_or(n_embd / n_head);
+      w.add_uint32(a + ".rope.dimension_count", to_u32(rope_dim, "head_dim"));
       if (kind == "linear" && scaling->find("factor")) {
         w.add_string(a + ".rope.scaling.type", "linear");
         w.add_float32(a + ".rope.scaling.factor", float(scaling->find("factor")->as_double("factor")));
       } else if (kind != "llama3" && !kind.empty() && kind != "default") {
         fail(ErrorCode::unsupported, "convert: Llama rope_scaling '{}' is not converted (linear and llama3 are)", kind);
+      }
+    } else {   // Qwen2Model's: YaRN scaling
+      if (kind == "yarn" && scaling->find("factor")) {
+        const json::Value* orig = scaling->find("original_max_position_embeddings");
+        if (!orig) fail(ErrorCode::malformed_file, "{}: YaRN rope_scaling without original_max_position_embeddings", config.path());
+        w.add_string(a + ".rope.scaling.type", "yarn");
+        w.add_float32(a + ".rope.scaling.factor", float(scaling->find("factor")->as_double("factor")));
+        w.add_uint32(a + ".rope.scaling.original_context_length", to_u32(orig->as_int("original_max_position_embeddings"), "ctx"));
+      } else if (!kind.empty() && kind != "default") {
+        fail(ErrorCode::unsupported, "convert: Qwen rope_scaling '{}' is not converted (yarn is)", kind);
       }
     }
   }
@@ -646,7 +860,7 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
       const int64_t permute_rows = t.shape.size() == 1 ? cols : rows, permute_cols = t.shape.size() == 1 ? 1 : cols;
       if (q) values = permute_heads(values, permute_rows, permute_cols, n_head, t.name);
       if (k) values = permute_heads(values, permute_rows, permute_cols, n_head_kv.value_or(n_head), t.name);
-    } else {
+    } else if (arch == Arch::gemma3) {
       if (name == "token_embd.weight") {
         const int64_t keep = int64_t(vocab.tokens.size());
         if (t.shape.size() != 2 || rows < keep)

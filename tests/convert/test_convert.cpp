@@ -153,7 +153,9 @@ TEST_CASE("convert writes what llama.cpp's converter writes", "[convert]") {
   };
   for (const Case c : {Case{"gemma3", ember::ConvertType::f32, "gemma3-f32.gguf"},
                        Case{"gemma3", ember::ConvertType::f16, "gemma3-f16.gguf"},
-                       Case{"llama", ember::ConvertType::bf16, "llama-bf16.gguf"}}) {
+                       Case{"llama", ember::ConvertType::bf16, "llama-bf16.gguf"},
+                       Case{"qwen2", ember::ConvertType::f16, "qwen2-f16.gguf"},
+                       Case{"qwen3", ember::ConvertType::bf16, "qwen3-bf16.gguf"}}) {
     INFO(c.expected);
     TempDir tmp;
     const fs::path out = tmp.path / "out.gguf";
@@ -204,6 +206,27 @@ TEST_CASE("convert: the automatic type, the report, and the result runs", "[conv
   for (float x : logits) REQUIRE(std::isfinite(x));
 }
 
+TEST_CASE("a converted byte-level BPE vocabulary tokenizes as Hugging Face tokenizers does", "[convert]") {
+  // tests/data/hf/qwen2/token_ids.json: the ids the tokenizers library gave when it made the
+  // vocabulary (an oracle independent of llama.cpp and of ember).
+  TempDir tmp;
+  const fs::path out = tmp.path / "q.gguf";
+  ember::convert_hf_checkpoint((hf_dir() / "qwen2").string(), out.string());
+  const auto model = ember::Model::load(out);
+  const ember::json::Value ids = ember::json::parse_file((hf_dir() / "qwen2" / "token_ids.json").string());
+  REQUIRE(ids.as_object("token_ids").size() == 4);
+  for (const auto& [text, expected] : ids.as_object("token_ids")) {
+    INFO(text);
+    std::vector<int32_t> want;
+    for (const auto& id : expected.as_array("ids")) want.push_back(int32_t(id.as_int("id")));
+    CHECK(model->tokenize(text) == want);
+  }
+  // Special and added tokens are whole tokens.
+  const std::vector<int32_t> chat = model->tokenize("<|im_start|>user", false, true);
+  REQUIRE(!chat.empty());
+  CHECK(chat[0] == 1);
+}
+
 TEST_CASE("quantize reads a Hugging Face folder as it reads the converted GGUF", "[convert][quantize]") {
   EMBER_SKIP_IF_MISSING(hf_dir() / "expected");
   TempDir tmp;
@@ -238,9 +261,9 @@ TEST_CASE("convert: bad input is a typed error and leaves no output", "[convert]
     TempDir src;
     const fs::path d = copy_fixture("gemma3", src);
     std::string cfg = read_text(d / "config.json");
-    cfg.replace(cfg.find("Gemma3ForCausalLM"), std::strlen("Gemma3ForCausalLM"), "Qwen2ForCausalLM");
+    cfg.replace(cfg.find("Gemma3ForCausalLM"), std::strlen("Gemma3ForCausalLM"), "MambaForCausalLM");
     write_text(d / "config.json", cfg);
-    expect_error([&] { convert(d); }, ErrorCode::unsupported, "Qwen2ForCausalLM; ember converts LlamaForCausalLM");
+    expect_error([&] { convert(d); }, ErrorCode::unsupported, "MambaForCausalLM; ember converts LlamaForCausalLM");
     no_output();
   }
   SECTION("a config that is not JSON") {
@@ -250,11 +273,29 @@ TEST_CASE("convert: bad input is a typed error and leaves no output", "[convert]
     expect_error([&] { convert(d); }, ErrorCode::malformed_file, "invalid JSON");
     no_output();
   }
-  SECTION("no tokenizer.model") {
+  SECTION("no tokenizer, or one ember does not convert") {
     TempDir src;
     const fs::path d = copy_fixture("llama", src);
     fs::remove(d / "tokenizer.model");
-    expect_error([&] { convert(d); }, ErrorCode::unsupported, "SentencePiece vocabularies only");
+    // The fixture's tokenizer.json only lists added tokens: no pre-tokenizer to recognise.
+    expect_error([&] { convert(d); }, ErrorCode::unsupported, "pre-tokenizer (none) is not one ember recognises");
+    fs::remove(d / "tokenizer.json");
+    expect_error([&] { convert(d); }, ErrorCode::unsupported, "neither tokenizer.model nor tokenizer.json");
+    const fs::path g = copy_fixture("gemma3", src);
+    fs::remove(g / "tokenizer.model");
+    expect_error([&] { convert(g); }, ErrorCode::unsupported, "SentencePiece vocabularies only");
+    const fs::path q = copy_fixture("qwen2", src);
+    std::string tok = read_text(q / "tokenizer.json");
+    const size_t at = tok.find("\\p{N}|");   // Qwen 2's single digits -> Llama 3's runs of three: recognised
+    REQUIRE(at != std::string::npos);
+    tok.replace(at, std::strlen("\\p{N}|"), "\\p{N}{1,3}|");
+    write_text(q / "tokenizer.json", tok);
+    ember::convert_hf_checkpoint(q.string(), out);
+    CHECK(ember::gguf::File::open(out).get_string("tokenizer.ggml.pre") == "llama-bpe");
+    fs::remove(out);
+    tok.replace(at, std::strlen("\\p{N}{1,3}|"), "\\p{N}{1,2}|");   // an unknown split
+    write_text(q / "tokenizer.json", tok);
+    expect_error([&] { convert(q); }, ErrorCode::unsupported, "pre-tokenizer (Sequence) is not one ember recognises");
     no_output();
   }
   SECTION("a damaged tokenizer.model") {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the tiny Hugging Face checkpoints of tests/convert (see README.md here).
 
-Needs torch, safetensors and sentencepiece (pip). The weights are
+Needs torch, safetensors, sentencepiece and tokenizers (pip). The weights are
 random (fixed seed); the SentencePiece vocabulary is trained on docs/*.md. Run from the
 repository root:  python3 tests/data/hf/make_fixtures.py tests/data/hf
 """
@@ -138,7 +138,100 @@ write_tokenizer(l, "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\
                 {"add_prefix_space": True, "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
                  "eos_token": "</s>", "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"})
 
+# Qwen 2 and Qwen 3: a byte-level BPE tokenizer.json (no tokenizer.model) with Qwen 2's
+# split, trained here with Hugging Face tokenizers; Qwen 2 with q/k/v biases, tied F16
+# embeddings and 5 padding ids; Qwen 3 with per-head q/k norms, a head_dim unlike
+# hidden / heads, BF16 and an untied output, and no rope_theta / max_position_embeddings
+# in config.json (transformers' defaults then apply).
+from tokenizers import Tokenizer, Regex, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+TEXTS = ["Hello world, it's 2026!", "  two spaces\nand a newline\n\n", "ember's KV cache: 1234 tokens", "x=y+1;"]
+
+
+def write_bpe(d):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], show_progress=False)
+    tok.train(sorted(glob.glob("docs/*.md")), trainer)
+    tok.add_tokens(["<tool call>"])   # an added token that is not special
+    tok.save(os.path.join(d, "tokenizer.json"))
+    n = tok.get_vocab_size()
+    special = {"content": "", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+               "special": True}
+    decoder = {str(tok.token_to_id(t)): dict(special, content=t) for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}
+    decoder[str(tok.token_to_id("<tool call>"))] = dict(special, content="<tool call>", special=False)
+    json.dump({"add_prefix_space": False, "added_tokens_decoder": decoder, "bos_token": None,
+               "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
+               "tokenizer_class": "Qwen2Tokenizer", "split_special_tokens": False,
+               "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                                "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"},
+              open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8"), indent=2)
+    json.dump({text: tok.encode(text).ids for text in TEXTS}, open(os.path.join(d, "token_ids.json"), "w"), indent=1)
+    return n, tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")
+
+
+q = os.path.join(out, "qwen2")
+os.makedirs(q, exist_ok=True)
+n_tok, eot, im_end = write_bpe(q)
+n_vocab = n_tok + 5
+hidden, ff, layers, heads, kv = 64, 128, 2, 4, 2
+hd = hidden // heads
+json.dump({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
+           "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "vocab_size": n_vocab, "max_position_embeddings": 4096,
+           "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "bos_token_id": eot, "eos_token_id": im_end,
+           "sliding_window": 4096, "use_sliding_window": False, "tie_word_embeddings": True,
+           "torch_dtype": "float16"}, open(os.path.join(q, "config.json"), "w"), indent=2)
+t = {"model.embed_tokens.weight": rnd(n_vocab, hidden, dtype=torch.float16),
+     "model.norm.weight": 1 + rnd(hidden, dtype=torch.float16)}
+for i in range(layers):
+    p = f"model.layers.{i}."
+    t[p + "input_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+    t[p + "post_attention_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+    for proj, rows in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
+        t[p + f"self_attn.{proj}_proj.weight"] = rnd(rows, hidden, dtype=torch.float16)
+        t[p + f"self_attn.{proj}_proj.bias"] = rnd(rows, dtype=torch.float16)
+    t[p + "self_attn.o_proj.weight"] = rnd(hidden, heads * hd, dtype=torch.float16)
+    t[p + "mlp.gate_proj.weight"] = rnd(ff, hidden, dtype=torch.float16)
+    t[p + "mlp.up_proj.weight"] = rnd(ff, hidden, dtype=torch.float16)
+    t[p + "mlp.down_proj.weight"] = rnd(hidden, ff, dtype=torch.float16)
+save_file(t, os.path.join(q, "model.safetensors"), metadata={"format": "pt"})
+
+q3 = os.path.join(out, "qwen3")
+os.makedirs(q3, exist_ok=True)
+n_tok, eot, im_end = write_bpe(q3)
+hd = 32
+json.dump({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": hidden,
+           "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "head_dim": hd, "vocab_size": n_tok, "rms_norm_eps": 1e-06,
+           "bos_token_id": eot, "eos_token_id": im_end, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+          open(os.path.join(q3, "config.json"), "w"), indent=2)
+t = {"model.embed_tokens.weight": rnd(n_tok, hidden, dtype=torch.bfloat16),
+     "lm_head.weight": rnd(n_tok, hidden, dtype=torch.bfloat16),
+     "model.norm.weight": 1 + rnd(hidden, dtype=torch.bfloat16)}
+for i in range(layers):
+    p = f"model.layers.{i}."
+    t[p + "input_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.bfloat16)
+    t[p + "post_attention_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.q_proj.weight"] = rnd(heads * hd, hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.k_proj.weight"] = rnd(kv * hd, hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.v_proj.weight"] = rnd(kv * hd, hidden, dtype=torch.bfloat16)
+    t[p + "self_attn.o_proj.weight"] = rnd(hidden, heads * hd, dtype=torch.bfloat16)
+    t[p + "self_attn.q_norm.weight"] = 1 + rnd(hd, dtype=torch.bfloat16)
+    t[p + "self_attn.k_norm.weight"] = 1 + rnd(hd, dtype=torch.bfloat16)
+    t[p + "mlp.gate_proj.weight"] = rnd(ff, hidden, dtype=torch.bfloat16)
+    t[p + "mlp.up_proj.weight"] = rnd(ff, hidden, dtype=torch.bfloat16)
+    t[p + "mlp.down_proj.weight"] = rnd(hidden, ff, dtype=torch.bfloat16)
+save_file(t, os.path.join(q3, "model.safetensors"), metadata={"format": "pt"})
+
 for d in (g, l):
     for extra in glob.glob(os.path.join(d, "tokenizer.vocab")):
         os.remove(extra)
-print("wrote", g, "and", l)
+print("wrote", g, l, q, q3)
