@@ -35,7 +35,7 @@ using quant::DType;
 
 namespace {
 
-enum class Arch { llama, gemma3, qwen2, qwen3 };
+enum class Arch { llama, granite, gemma2, gemma3, qwen2, qwen3, qwen3moe, olmo2 };
 
 struct ArchName {
   const char* hf;
@@ -48,6 +48,10 @@ constexpr ArchName kArchs[] = {
     {"Gemma3ForConditionalGeneration", Arch::gemma3},
     {"Qwen2ForCausalLM", Arch::qwen2},
     {"Qwen3ForCausalLM", Arch::qwen3},
+    {"Qwen3MoeForCausalLM", Arch::qwen3moe},
+    {"Gemma2ForCausalLM", Arch::gemma2},
+    {"GraniteForCausalLM", Arch::granite},
+    {"Olmo2ForCausalLM", Arch::olmo2},
 };
 
 const char* arch_name(Arch a) {
@@ -56,6 +60,10 @@ const char* arch_name(Arch a) {
     case Arch::gemma3: return "gemma3";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
+    case Arch::qwen3moe: return "qwen3moe";
+    case Arch::gemma2: return "gemma2";
+    case Arch::granite: return "granite";
+    case Arch::olmo2: return "olmo2";
   }
   return "?";
 }
@@ -112,34 +120,61 @@ class Config {
   json::Object members_;
 };
 
-// transformers' config class defaults (LlamaConfig, MistralConfig, Qwen2Config,
-// Qwen3Config, Gemma3TextConfig) for the keys the converter reads.
+// transformers' config class defaults (LlamaConfig, MistralConfig, GraniteConfig,
+// Qwen2Config, Qwen3Config, Qwen3MoeConfig, Olmo2Config, Gemma2Config, Gemma3TextConfig)
+// for the keys the converter reads.
 void add_class_defaults(Config& c, const std::string& hf_arch, Arch arch) {
   using json::Value;
   auto i = [](int64_t v) { return Value::make_integer(v); };
   auto f = [](double v) { return Value::make_number(v); };
-  if (arch == Arch::gemma3) {
-    c.add_defaults({{"vocab_size", i(262208)}, {"hidden_size", i(2304)}, {"intermediate_size", i(9216)},
-                    {"num_hidden_layers", i(26)}, {"num_attention_heads", i(8)}, {"num_key_value_heads", i(4)},
-                    {"head_dim", i(256)}, {"max_position_embeddings", i(131072)}, {"rms_norm_eps", f(1e-6)},
-                    {"rope_theta", f(1000000.0)}, {"sliding_window", i(4096)}});
-    return;
-  }
   const bool mistral = hf_arch == "MistralForCausalLM";
-  if (arch == Arch::llama)
-    c.add_defaults({{"vocab_size", i(32000)}, {"hidden_size", i(4096)}, {"intermediate_size", i(mistral ? 14336 : 11008)},
-                    {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)},
-                    {"max_position_embeddings", i(mistral ? 131072 : 2048)}, {"rms_norm_eps", f(1e-6)},
-                    {"rope_theta", f(10000.0)}});
-  else
-    c.add_defaults({{"vocab_size", i(151936)}, {"hidden_size", i(4096)}, {"intermediate_size", i(22016)},
-                    {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)}, {"max_position_embeddings", i(32768)},
-                    {"rms_norm_eps", f(1e-6)}, {"rope_theta", f(10000.0)}});
-  if (arch == Arch::qwen3) c.add_defaults({{"head_dim", i(128)}});
+  switch (arch) {
+    case Arch::gemma3:
+      c.add_defaults({{"vocab_size", i(262208)}, {"hidden_size", i(2304)}, {"intermediate_size", i(9216)},
+                      {"num_hidden_layers", i(26)}, {"num_attention_heads", i(8)}, {"num_key_value_heads", i(4)},
+                      {"head_dim", i(256)}, {"max_position_embeddings", i(131072)}, {"rms_norm_eps", f(1e-6)},
+                      {"rope_theta", f(1000000.0)}, {"sliding_window", i(4096)}});
+      return;
+    case Arch::gemma2:
+      c.add_defaults({{"vocab_size", i(256000)}, {"hidden_size", i(2304)}, {"intermediate_size", i(9216)},
+                      {"num_hidden_layers", i(26)}, {"num_attention_heads", i(8)}, {"num_key_value_heads", i(4)},
+                      {"head_dim", i(256)}, {"max_position_embeddings", i(8192)}, {"rms_norm_eps", f(1e-6)},
+                      {"rope_theta", f(10000.0)}, {"attn_logit_softcapping", f(50.0)},
+                      {"final_logit_softcapping", f(30.0)}, {"sliding_window", i(4096)}});
+      return;
+    case Arch::llama:
+    case Arch::granite:
+      c.add_defaults({{"vocab_size", i(32000)}, {"hidden_size", i(4096)},
+                      {"intermediate_size", i(mistral ? 14336 : 11008)}, {"num_hidden_layers", i(32)},
+                      {"num_attention_heads", i(32)}, {"max_position_embeddings", i(mistral ? 131072 : 2048)},
+                      {"rms_norm_eps", f(1e-6)}, {"rope_theta", f(10000.0)}});
+      if (arch == Arch::granite)
+        c.add_defaults({{"embedding_multiplier", f(1.0)}, {"logits_scaling", f(1.0)}, {"residual_multiplier", f(1.0)},
+                        {"attention_multiplier", f(1.0)}});
+      break;
+    case Arch::olmo2:
+      c.add_defaults({{"vocab_size", i(50304)}, {"hidden_size", i(4096)}, {"intermediate_size", i(11008)},
+                      {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)}, {"max_position_embeddings", i(2048)},
+                      {"rms_norm_eps", f(1e-5)}, {"rope_theta", f(10000.0)}});
+      break;
+    case Arch::qwen3moe:
+      c.add_defaults({{"vocab_size", i(151936)}, {"hidden_size", i(2048)}, {"intermediate_size", i(6144)},
+                      {"num_hidden_layers", i(24)}, {"num_attention_heads", i(32)}, {"num_key_value_heads", i(4)},
+                      {"max_position_embeddings", i(32768)}, {"rms_norm_eps", f(1e-6)}, {"rope_theta", f(10000.0)},
+                      {"num_experts", i(128)}, {"num_experts_per_tok", i(8)}, {"moe_intermediate_size", i(768)}});
+      break;
+    case Arch::qwen2:
+    case Arch::qwen3:
+      c.add_defaults({{"vocab_size", i(151936)}, {"hidden_size", i(4096)}, {"intermediate_size", i(22016)},
+                      {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)}, {"max_position_embeddings", i(32768)},
+                      {"rms_norm_eps", f(1e-6)}, {"rope_theta", f(10000.0)}});
+      if (arch == Arch::qwen3) c.add_defaults({{"head_dim", i(128)}});
+      break;
+  }
   const int64_t heads = c.get_int("num_attention_heads");
   if (mistral) c.add_defaults({{"num_key_value_heads", i(8)}});
   c.add_defaults({{"num_key_value_heads", i(heads)}});
-  // LlamaConfig computes head_dim; MistralConfig and Qwen2Config leave it None.
+  // LlamaConfig computes head_dim; MistralConfig, GraniteConfig and Qwen2Config leave it None.
   if (arch == Arch::llama && !mistral)
     c.add_defaults({{"head_dim", i(c.get_int("hidden_size") / std::max<int64_t>(heads, 1))}});
 }
@@ -476,10 +511,28 @@ std::string gguf_name(Arch arch, const std::string& name) {
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},     {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"}};
-  const auto& own = arch == Arch::llama ? kLlama : arch == Arch::gemma3 ? kGemma3 : kQwen;
+  static const std::map<std::string, std::string> kGemma2 = {
+      {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"}};
+  static const std::map<std::string, std::string> kOlmo2 = {
+      {"post_attention_layernorm", "post_attention_norm"}, {"post_feedforward_layernorm", "post_ffw_norm"},
+      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+  static const std::map<std::string, std::string> kQwenMoe = {
+      {"post_attention_layernorm", "ffn_norm"}, {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate", "ffn_gate_inp"}, {"mlp.experts.down_proj", "ffn_down_exps"},
+      {"mlp.experts.gate_proj", "ffn_gate_exps"}, {"mlp.experts.up_proj", "ffn_up_exps"}};
+  const std::map<std::string, std::string>* own = &kQwen;
+  switch (arch) {
+    case Arch::llama: case Arch::granite: own = &kLlama; break;
+    case Arch::gemma2: own = &kGemma2; break;
+    case Arch::gemma3: own = &kGemma3; break;
+    case Arch::olmo2: own = &kOlmo2; break;
+    case Arch::qwen3moe: own = &kQwenMoe; break;
+    case Arch::qwen2: case Arch::qwen3: own = &kQwen; break;
+  }
   std::string base;
   if (const auto c = kCommon.find(rest); c != kCommon.end()) base = c->second;
-  else if (const auto o = own.find(rest); o != own.end()) base = o->second;
+  else if (const auto o = own->find(rest); o != own->end()) base = o->second;
   else return {};
   return "blk." + layer + "." + base + suffix;
 }
@@ -650,12 +703,19 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   std::vector<convert::SafetensorsFile> files;
   for (const std::string& f : safetensors_files(dir)) files.emplace_back(f);
   struct Item {
-    const convert::StTensor* t;
-    std::string name;   // GGUF
+    const convert::StTensor* t;                     // the source (the first expert of a merged stack)
+    std::string name;                               // GGUF
+    std::vector<const convert::StTensor*> experts;  // a stack of experts' matrices, in expert order
   };
   std::vector<Item> items;
   std::set<DType> matrix_types;
   std::set<std::string> seen;
+  // Mixture of experts: per layer, each expert's down/gate/up matrices, merged into one
+  // [experts, rows, cols] tensor per kind once the layer's last one has been read (the
+  // converter's order).
+  const int64_t n_experts = arch == Arch::qwen3moe ? config.get_int("num_experts") : 0;
+  std::map<std::string, std::map<std::string, std::map<int64_t, const convert::StTensor*>>> expert_parts;
+  std::map<std::string, int64_t> expert_count;
   for (const convert::SafetensorsFile& f : files) {
     std::vector<const convert::StTensor*> sorted;
     for (const convert::StTensor& t : f.tensors()) sorted.push_back(&t);
@@ -667,7 +727,45 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
         ++report.skipped;
         continue;
       }
-      if (arch == Arch::qwen2 || arch == Arch::qwen3) {
+      if (arch == Arch::gemma2 && name == "lm_head.weight") {   // the converter skips it (tied)
+        ++report.skipped;
+        continue;
+      }
+      if (arch == Arch::qwen3moe && name.find(".mlp.experts.") != std::string::npos) {
+        // model.layers.N.mlp.experts.E.KIND.weight
+        const size_t e0 = name.find(".mlp.experts.") + std::strlen(".mlp.experts.");
+        const size_t e1 = name.find('.', e0);
+        const std::string layer_prefix = name.substr(0, e0 - std::strlen(".experts."));   // model.layers.N.mlp
+        char* end = nullptr;
+        const long long expert = e1 == std::string::npos ? -1 : std::strtoll(name.c_str() + e0, &end, 10);
+        const std::string kind = e1 == std::string::npos ? "" : name.substr(e1 + 1);
+        if (expert < 0 || expert >= n_experts || end != name.c_str() + e1 ||
+            (kind != "down_proj.weight" && kind != "gate_proj.weight" && kind != "up_proj.weight"))
+          fail(ErrorCode::malformed_file, "convert: expert tensor '{}' does not fit num_experts {}", name, n_experts);
+        expert_parts[layer_prefix][kind][expert] = t;
+        if (++expert_count[layer_prefix] == 3 * n_experts) {
+          for (const char* k : {"down_proj.weight", "gate_proj.weight", "up_proj.weight"}) {
+            const auto& parts = expert_parts[layer_prefix][k];
+            if (int64_t(parts.size()) != n_experts)
+              fail(ErrorCode::malformed_file, "convert: '{}' has {} of {} experts' {}", layer_prefix, parts.size(),
+                   n_experts, k);
+            Item item{parts.begin()->second, gguf_name(arch, layer_prefix + ".experts." + k), {}};
+            for (const auto& [e, part] : parts) {
+              if (part->shape != item.t->shape || part->dtype != item.t->dtype)
+                fail(ErrorCode::malformed_file, "convert: the experts of '{}' differ in shape or type", layer_prefix);
+              item.experts.push_back(part);
+            }
+            if (item.name.empty() || !seen.insert(item.name).second)
+              fail(ErrorCode::malformed_file, "convert: cannot name the merged experts of '{}'", layer_prefix);
+            matrix_types.insert(item.t->dtype == convert::StDType::f16    ? DType::f16
+                                : item.t->dtype == convert::StDType::bf16 ? DType::bf16
+                                                                          : DType::f32);
+            items.push_back(std::move(item));
+          }
+        }
+        continue;
+      }
+      if (arch == Arch::qwen2 || arch == Arch::qwen3 || arch == Arch::qwen3moe) {
         if (name.rfind("mlp", 0) == 0 || name.rfind("multi_modal_projector", 0) == 0 ||
             name.rfind("vision_model", 0) == 0 || name.rfind("audio_tower", 0) == 0) {
           ++report.skipped;
@@ -692,9 +790,12 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
         else if (t->dtype == convert::StDType::bf16) matrix_types.insert(DType::bf16);
         else matrix_types.insert(DType::f32);
       }
-      items.push_back({t, std::move(out)});
+      items.push_back({t, std::move(out), {}});
     }
   }
+  for (const auto& [layer, count] : expert_count)
+    if (count != 3 * n_experts)
+      fail(ErrorCode::malformed_file, "convert: '{}' has {} expert matrices, not 3 x {}", layer, count, n_experts);
   if (items.empty()) fail(ErrorCode::malformed_file, "convert: '{}' has no weights", dir_name);
   DType matrix_type = DType::f32;
   switch (options.type) {
@@ -710,12 +811,15 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   const uint32_t file_type = matrix_type == DType::f32 ? 0 : matrix_type == DType::f16 ? 1 : 32;
 
   Vocab vocab;
-  if (fs::is_regular_file(dir / "tokenizer.model") || arch == Arch::gemma3) {
-    vocab = sentencepiece_vocab(dir, config, report.warnings);   // Gemma 3's converter needs it
+  // Gemma needs tokenizer.model; OLMo 2 and Qwen 3 MoE (TextModel's default) read tokenizer.json
+  // only; Llama, Granite, Qwen 2 and Qwen 3 try tokenizer.model first.
+  const bool bpe_only = arch == Arch::olmo2 || arch == Arch::qwen3moe;
+  if (arch == Arch::gemma2 || arch == Arch::gemma3 || (!bpe_only && fs::is_regular_file(dir / "tokenizer.model"))) {
+    vocab = sentencepiece_vocab(dir, config, report.warnings);
   } else {
     // Llama's converter tries SentencePiece, then LlamaHfVocab (a tokenizer.json made from a
     // SentencePiece model: BPE with byte fallback), then byte-level BPE; Qwen's skips the second.
-    if (arch == Arch::llama)
+    if (arch == Arch::llama || arch == Arch::granite)
       if (const auto tok = read_json_if(dir / "tokenizer.json")) {
         const json::Value* model = tok->find("model");
         const json::Value* fallback = model ? model->find("byte_fallback") : nullptr;
@@ -730,7 +834,9 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
       }
     vocab = bpe_vocab(dir, config, report.warnings);
   }
-  const SpecialTokens special = special_tokens(dir, int64_t(vocab.tokens.size()), report.warnings);
+  // The BPE path's SpecialVocab is made without a vocabulary size: ids are not range-checked.
+  const SpecialTokens special = special_tokens(
+      dir, vocab.model == "gpt2" ? std::numeric_limits<int64_t>::max() : int64_t(vocab.tokens.size()), report.warnings);
   report.n_vocab = int64_t(vocab.tokens.size());
 
   gguf::Writer w;
@@ -742,7 +848,28 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   const int64_t n_embd = config.get_int("hidden_size");
   const int64_t n_layer = config.get_int("num_hidden_layers");
   std::optional<int64_t> n_head_kv = config.find_int("num_key_value_heads");
-  if (arch == Arch::gemma3) {
+  if (n_head < 1 || n_embd < 1 || n_layer < 1 || (n_head_kv && *n_head_kv < 1))
+    fail(ErrorCode::malformed_file, "convert: {}: hidden_size {}, num_hidden_layers {} and the head counts must be positive",
+         config.path(), n_embd, n_layer);
+  if (arch == Arch::gemma2) {
+    const int64_t head_dim = config.get_int("head_dim");
+    w.add_uint32(a + ".context_length", to_u32(config.get_int("max_position_embeddings"), "context"));
+    w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
+    w.add_uint32(a + ".block_count", to_u32(n_layer, "num_hidden_layers"));
+    w.add_uint32(a + ".feed_forward_length", to_u32(config.get_int("intermediate_size"), "intermediate_size"));
+    w.add_uint32(a + ".attention.head_count", to_u32(n_head, "num_attention_heads"));
+    w.add_uint32(a + ".attention.head_count_kv", to_u32(n_head_kv.value_or(n_head), "num_key_value_heads"));
+    w.add_float32(a + ".attention.layer_norm_rms_epsilon", float(*config.find_double("rms_norm_eps")));
+    w.add_uint32(a + ".attention.key_length", to_u32(head_dim, "head_dim"));
+    w.add_uint32(a + ".attention.value_length", to_u32(head_dim, "head_dim"));
+    w.add_uint32("general.file_type", file_type);
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+      const auto cap = config.find_double(key);
+      if (!cap) fail(ErrorCode::unsupported, "convert: {} has no {}, which the Gemma 2 converter requires", config.path(), key);
+      w.add_float32(a + "." + key, float(*cap));
+    }
+    w.add_uint32(a + ".attention.sliding_window", to_u32(config.get_int("sliding_window"), "sliding_window"));
+  } else if (arch == Arch::gemma3) {
     const int64_t head_dim = config.find_int("head_dim").value_or(256);
     w.add_uint32(a + ".context_length", to_u32(config.find_int("max_position_embeddings").value_or(131072), "context"));
     w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
@@ -782,21 +909,23 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
         w.add_float32(a + ".attention.layer_norm_epsilon", float(*eps));
         break;
       }
-    if (config.find("num_local_experts") || config.find("num_experts"))
-      fail(ErrorCode::unsupported, "convert: mixture-of-experts checkpoints are not converted yet");
-    const std::optional<int64_t> head_dim = config.find_int("head_dim");
-    if (head_dim) {
-      w.add_uint32(a + ".attention.key_length", to_u32(*head_dim, "head_dim"));
-      w.add_uint32(a + ".attention.value_length", to_u32(*head_dim, "head_dim"));
+    if (const auto n = config.find_int("num_local_experts")) w.add_uint32(a + ".expert_count", to_u32(*n, "experts"));
+    if (const auto n = config.find_int("num_experts_per_tok")) w.add_uint32(a + ".expert_used_count", to_u32(*n, "experts"));
+    // Granite's converter drops head_dim before this point.
+    const bool has_head_dim = arch != Arch::granite && config.find("head_dim");
+    const int64_t head_dim_value = has_head_dim ? config.get_int("head_dim") : n_embd / std::max<int64_t>(n_head, 1);
+    if (has_head_dim) {
+      w.add_uint32(a + ".attention.key_length", to_u32(head_dim_value, "head_dim"));
+      w.add_uint32(a + ".attention.value_length", to_u32(head_dim_value, "head_dim"));
     }
     w.add_uint32("general.file_type", file_type);
     const json::Value* scaling = config.find("rope_scaling");
     const json::Value* type = scaling ? scaling->find("rope_type") : nullptr;
     if (scaling && !type) type = scaling->find("type");
     const std::string kind = type && type->is_string() ? type->as_string("rope_type") : "";
-    if (arch == Arch::llama) {   // LlamaModel's additions
+    if (arch == Arch::llama || arch == Arch::granite) {   // LlamaModel's additions
       w.add_uint32(a + ".vocab_size", to_u32(config.get_int("vocab_size"), "vocab_size"));
-      const int64_t rope_dim = head_dim.value_or(n_embd / n_head);
+      const int64_t rope_dim = head_dim_value;
       w.add_uint32(a + ".rope.dimension_count", to_u32(rope_dim, "head_dim"));
       if (kind == "linear" && scaling->find("factor")) {
         w.add_string(a + ".rope.scaling.type", "linear");
@@ -804,7 +933,21 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
       } else if (kind != "llama3" && !kind.empty() && kind != "default") {
         fail(ErrorCode::unsupported, "convert: Llama rope_scaling '{}' is not converted (linear and llama3 are)", kind);
       }
-    } else {   // Qwen2Model's: YaRN scaling
+      if (arch == Arch::granite)   // GraniteModel's: the multipliers, each when nonzero
+        for (const auto& [key, gguf_key] : {std::pair{"attention_multiplier", ".attention.scale"},
+                                            std::pair{"embedding_multiplier", ".embedding_scale"},
+                                            std::pair{"residual_multiplier", ".residual_scale"},
+                                            std::pair{"logits_scaling", ".logit_scale"}})
+          if (const auto v = config.find_double(key); v && *v != 0.0) w.add_float32(a + gguf_key, float(*v));
+    } else if (arch == Arch::olmo2) {   // TextModel only
+    } else {   // Qwen2Model's and Qwen2MoeModel's: experts, YaRN scaling
+      if (arch == Arch::qwen3moe) {
+        if (const auto n = config.find_int("num_experts")) w.add_uint32(a + ".expert_count", to_u32(*n, "experts"));
+        if (const auto n = config.find_int("moe_intermediate_size"))
+          w.add_uint32(a + ".expert_feed_forward_length", to_u32(*n, "moe_intermediate_size"));
+        if (const auto n = config.find_int("shared_expert_intermediate_size"))
+          w.add_uint32(a + ".expert_shared_feed_forward_length", to_u32(*n, "shared_expert_intermediate_size"));
+      }
       if (kind == "yarn" && scaling->find("factor")) {
         const json::Value* orig = scaling->find("original_max_position_embeddings");
         if (!orig) fail(ErrorCode::malformed_file, "{}: YaRN rope_scaling without original_max_position_embeddings", config.path());
@@ -818,16 +961,21 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   }
   w.add_uint32("general.quantization_version", 2);
   add_tokenizer(w, vocab, special);
-  if (arch == Arch::gemma3) w.add_bool("tokenizer.ggml.add_space_prefix", false);
-  if (arch == Arch::llama) {
+  if (arch == Arch::gemma2 || arch == Arch::gemma3) w.add_bool("tokenizer.ggml.add_space_prefix", false);
+  if (arch == Arch::llama || arch == Arch::granite) {
     if (const auto cfg = read_json_if(dir / "tokenizer_config.json"))
       if (const json::Value* p = cfg->find("add_prefix_space"); p && p->is_bool())
         w.add_bool("tokenizer.ggml.add_space_prefix", p->as_bool("add_prefix_space"));
+    // The converter's rule for Granite's small models (a 49152-token vocabulary): no BOS.
+    // (It would stop with a duplicate key when tokenizer_config.json also sets add_bos_token.)
+    if (config.get_int("vocab_size") == 49152 && std::none_of(special.add.begin(), special.add.end(),
+                                                              [](const auto& x) { return x.first == "bos"; }))
+      w.add_bool("tokenizer.ggml.add_bos_token", false);
   }
 
   // Tensors: Llama 3's rope factors first, as the converter's generate_extra_tensors.
   std::vector<float> rope_factors;
-  if (arch == Arch::llama) {
+  if (arch == Arch::llama || arch == Arch::granite) {
     const json::Value* scaling = config.find("rope_scaling");
     const json::Value* type = scaling ? scaling->find("rope_type") : nullptr;
     if (type && type->is_string() && type->as_string("rope_type") == "llama3")
@@ -853,8 +1001,17 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
     for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
     const int64_t cols = t.shape.back();
     std::vector<int64_t> shape(t.shape.rbegin(), t.shape.rend());   // GGUF: innermost first
+    if (!item.experts.empty()) {   // a stack: [experts, rows, cols]
+      if (t.shape.size() != 2) fail(ErrorCode::malformed_file, "convert: expert tensor '{}' is not a matrix", t.name);
+      values.clear();
+      for (const convert::StTensor* e : item.experts) {
+        const std::vector<float> part = to_f32(*e);
+        values.insert(values.end(), part.begin(), part.end());
+      }
+      shape.push_back(int64_t(item.experts.size()));
+    }
     const std::string& name = item.name;
-    if (arch == Arch::llama) {
+    if (arch == Arch::llama || arch == Arch::granite) {
       const bool q = ends_with(name, "attn_q.weight") || ends_with(name, "attn_q.bias");
       const bool k = ends_with(name, "attn_k.weight") || ends_with(name, "attn_k.bias");
       const int64_t permute_rows = t.shape.size() == 1 ? cols : rows, permute_cols = t.shape.size() == 1 ? 1 : cols;
@@ -870,8 +1027,13 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
       }
       if (ends_with(t.name, "norm.weight"))   // Gemma3RMSNorm scales by (1 + w)
         for (float& x : values) x += 1.0f;
+    } else if (arch == Arch::gemma2) {
+      if (ends_with(t.name, "norm.weight"))   // as Gemma 3's
+        for (float& x : values) x += 1.0f;
     }
-    const bool f32 = shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight");
+    // 1-D tensors, norms, biases and the expert router are F32 whatever the type.
+    const bool f32 = shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight") ||
+                     ends_with(name, "ffn_gate_inp.weight");
     const DType type = f32 ? DType::f32 : matrix_type;
     w.add_tensor(name, type, shape, encode(values, type));
     progress(name);

@@ -155,7 +155,11 @@ TEST_CASE("convert writes what llama.cpp's converter writes", "[convert]") {
                        Case{"gemma3", ember::ConvertType::f16, "gemma3-f16.gguf"},
                        Case{"llama", ember::ConvertType::bf16, "llama-bf16.gguf"},
                        Case{"qwen2", ember::ConvertType::f16, "qwen2-f16.gguf"},
-                       Case{"qwen3", ember::ConvertType::bf16, "qwen3-bf16.gguf"}}) {
+                       Case{"qwen3", ember::ConvertType::bf16, "qwen3-bf16.gguf"},
+                       Case{"gemma2", ember::ConvertType::bf16, "gemma2-bf16.gguf"},
+                       Case{"granite", ember::ConvertType::f16, "granite-f16.gguf"},
+                       Case{"olmo2", ember::ConvertType::f32, "olmo2-f32.gguf"},
+                       Case{"qwen3moe", ember::ConvertType::bf16, "qwen3moe-bf16.gguf"}}) {
     INFO(c.expected);
     TempDir tmp;
     const fs::path out = tmp.path / "out.gguf";
@@ -192,6 +196,18 @@ TEST_CASE("convert: the automatic type, the report, and the result runs", "[conv
   CHECK(l.skipped == 2);                       // the rotary caches
   CHECK(l.tensors == 22);                      // 21 weights and rope_freqs
   CHECK(ember::is_hf_checkpoint((hf_dir() / "llama").string()));
+  // Every converted architecture loads in ember and runs (the tiny models of each family).
+  for (const char* fixture : {"llama", "qwen2", "qwen3", "gemma2", "granite", "olmo2", "qwen3moe"}) {
+    INFO(fixture);
+    const fs::path out = tmp.path / (std::string(fixture) + ".gguf");
+    ember::convert_hf_checkpoint((hf_dir() / fixture).string(), out.string());
+    const auto m = ember::Model::load(out);
+    auto s = m->new_session();
+    const std::vector<int32_t> few = {1, 7, 42, 99};
+    const std::vector<float> logits = s->evaluate(few);
+    REQUIRE(!logits.empty());
+    for (float x : logits) REQUIRE(std::isfinite(x));
+  }
   CHECK_FALSE(ember::is_hf_checkpoint((tmp.path / "l.gguf").string()));
 
   // ember loads its conversion and runs it; the chat template and special tokens came through.
@@ -325,6 +341,18 @@ TEST_CASE("convert: bad input is a typed error and leaves no output", "[convert]
     expect_error([&] { convert(d); }, ErrorCode::malformed_file, "too short for a safetensors header");
     write_text(d / "model.safetensors", std::string("\xff\xff\xff\xff\0\0\0\0{}", 10));
     expect_error([&] { convert(d); }, ErrorCode::malformed_file, "runs past the end");
+    no_output();
+  }
+  SECTION("mixture-of-experts tensors that do not fit the config") {
+    TempDir src;
+    const fs::path d = copy_fixture("qwen3moe", src);
+    std::string cfg = read_text(d / "config.json");
+    cfg.replace(cfg.find("\"num_experts\": 4"), std::strlen("\"num_experts\": 4"), "\"num_experts\": 3");
+    write_text(d / "config.json", cfg);
+    expect_error([&] { convert(d); }, ErrorCode::malformed_file, "does not fit num_experts 3");
+    cfg.replace(cfg.find("\"num_experts\": 3"), std::strlen("\"num_experts\": 3"), "\"num_experts\": 5");
+    write_text(d / "config.json", cfg);
+    expect_error([&] { convert(d); }, ErrorCode::malformed_file, "expert matrices, not 3 x 5");
     no_output();
   }
   SECTION("a tensor without a GGUF name, and one of an integer type") {
