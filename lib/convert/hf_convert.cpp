@@ -12,6 +12,7 @@
 //   4. the tensors, file by file and name by name, renamed, transformed in F32 and stored
 //      in the chosen type.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -35,7 +36,7 @@ using quant::DType;
 
 namespace {
 
-enum class Arch { llama, granite, gemma2, gemma3, qwen2, qwen3, qwen3moe, olmo2 };
+enum class Arch { llama, granite, gemma2, gemma3, qwen2, qwen3, qwen3moe, olmo2, phi3 };
 
 struct ArchName {
   const char* hf;
@@ -52,6 +53,7 @@ constexpr ArchName kArchs[] = {
     {"Gemma2ForCausalLM", Arch::gemma2},
     {"GraniteForCausalLM", Arch::granite},
     {"Olmo2ForCausalLM", Arch::olmo2},
+    {"Phi3ForCausalLM", Arch::phi3},
 };
 
 const char* arch_name(Arch a) {
@@ -64,6 +66,7 @@ const char* arch_name(Arch a) {
     case Arch::gemma2: return "gemma2";
     case Arch::granite: return "granite";
     case Arch::olmo2: return "olmo2";
+    case Arch::phi3: return "phi3";
   }
   return "?";
 }
@@ -163,6 +166,12 @@ void add_class_defaults(Config& c, const std::string& hf_arch, Arch arch) {
                       {"max_position_embeddings", i(32768)}, {"rms_norm_eps", f(1e-6)}, {"rope_theta", f(10000.0)},
                       {"num_experts", i(128)}, {"num_experts_per_tok", i(8)}, {"moe_intermediate_size", i(768)}});
       break;
+    case Arch::phi3:
+      c.add_defaults({{"vocab_size", i(32064)}, {"hidden_size", i(3072)}, {"intermediate_size", i(8192)},
+                      {"num_hidden_layers", i(32)}, {"num_attention_heads", i(32)}, {"max_position_embeddings", i(4096)},
+                      {"original_max_position_embeddings", i(4096)}, {"rms_norm_eps", f(1e-5)},
+                      {"rope_theta", f(10000.0)}});
+      break;
     case Arch::qwen2:
     case Arch::qwen3:
       c.add_defaults({{"vocab_size", i(151936)}, {"hidden_size", i(4096)}, {"intermediate_size", i(22016)},
@@ -217,7 +226,11 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
   return s;
 }
 
-Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector<std::string>& warnings) {
+// `phi3`: Phi3MiniModel's own variant of the rules: added tokens (tokenizer_config.json's
+// added_tokens_decoder, then tokenizer.json's added_tokens) are user-defined, or control
+// when `special`, without the look-special test or the space replacement.
+Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector<std::string>& warnings,
+                          bool phi3 = false) {
   const fs::path model = dir / "tokenizer.model";
   if (!fs::is_regular_file(model)) {
     const bool json_only = fs::is_regular_file(dir / "tokenizer.json");
@@ -255,6 +268,28 @@ Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector
       v.types[size_t(id)] = kUserDefined;
     }
   }
+  // One added token over the pieces: `what` names its source for messages.
+  auto add = [&](int64_t id, std::string token, bool special, const char* what) {
+    if (id < 0 || id >= n_vocab) {
+      if (phi3) fail(ErrorCode::malformed_file, "{}: added token {} is outside the vocabulary of {}", what, id, n_vocab);
+      warnings.push_back(fmt::format("{}: added token {} is outside the vocabulary; ignored", what, id));
+      return;
+    }
+    if (v.types[size_t(id)] != kUnused && v.tokens[size_t(id)] != token)
+      warnings.push_back(fmt::format("token {}: '{}' replaced by '{}' ({})", id, v.tokens[size_t(id)], token, what));
+    if (special || (!phi3 && looks_special(token))) {
+      v.types[size_t(id)] = kControl;
+    } else {
+      if (!phi3) token = replace_all(token, "\xE2\x96\x81", " ");   // pre-normalised user-defined spaces
+      v.types[size_t(id)] = kUserDefined;
+    }
+    v.scores[size_t(id)] = -1000.0f;
+    v.tokens[size_t(id)] = std::move(token);
+  };
+  auto is_special = [](const json::Value& data) {
+    const json::Value* special = data.find("special");
+    return special && special->is_bool() && special->as_bool("special");
+  };
   if (const auto cfg = read_json_if(dir / "tokenizer_config.json")) {
     if (const json::Value* decoder = cfg->find("added_tokens_decoder")) {
       for (const auto& [key, data] : decoder->as_object("tokenizer_config.json: added_tokens_decoder")) {
@@ -264,26 +299,20 @@ Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector
           fail(ErrorCode::malformed_file, "tokenizer_config.json: added_tokens_decoder key '{}' is not a number", key);
         const json::Value* content_value = data.find("content");
         if (!content_value) fail(ErrorCode::malformed_file, "tokenizer_config.json: added token {} has no content", key);
-        std::string token = content_value->as_string("tokenizer_config.json: added token content");
-        if (id < 0 || id >= n_vocab) {
-          warnings.push_back(fmt::format("tokenizer_config.json: added token {} is outside the vocabulary; ignored", id));
-          continue;
-        }
-        if (v.types[size_t(id)] != kUnused && v.tokens[size_t(id)] != token)
-          warnings.push_back(fmt::format("token {}: '{}' replaced by '{}' (tokenizer_config.json)", id,
-                                         v.tokens[size_t(id)], token));
-        const json::Value* special = data.find("special");
-        if ((special && special->is_bool() && special->as_bool("special")) || looks_special(token)) {
-          v.types[size_t(id)] = kControl;
-        } else {
-          token = replace_all(token, "\xE2\x96\x81", " ");   // pre-normalised user-defined spaces
-          v.types[size_t(id)] = kUserDefined;
-        }
-        v.scores[size_t(id)] = -1000.0f;
-        v.tokens[size_t(id)] = token;
+        add(id, content_value->as_string("tokenizer_config.json: added token content"), is_special(data),
+            "tokenizer_config.json");
       }
     }
   }
+  if (phi3)
+    if (const auto tok = read_json_if(dir / "tokenizer.json"))
+      if (const json::Value* list = tok->find("added_tokens"); list && list->is_array())
+        for (const json::Value& t : list->as_array("added_tokens")) {
+          const json::Value* id = t.find("id");
+          const json::Value* content = t.find("content");
+          if (!id || !content) fail(ErrorCode::malformed_file, "tokenizer.json: an added token without id or content");
+          add(id->as_int("added token id"), content->as_string("added token content"), is_special(t), "tokenizer.json");
+        }
   return v;
 }
 
@@ -521,6 +550,9 @@ std::string gguf_name(Arch arch, const std::string& name) {
       {"post_attention_layernorm", "ffn_norm"}, {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate", "ffn_gate_inp"}, {"mlp.experts.down_proj", "ffn_down_exps"},
       {"mlp.experts.gate_proj", "ffn_gate_exps"}, {"mlp.experts.up_proj", "ffn_up_exps"}};
+  static const std::map<std::string, std::string> kPhi3 = {{"post_attention_layernorm", "ffn_norm"},
+                                                           {"self_attn.qkv_proj", "attn_qkv"},
+                                                           {"mlp.gate_up_proj", "ffn_up"}};
   const std::map<std::string, std::string>* own = &kQwen;
   switch (arch) {
     case Arch::llama: case Arch::granite: own = &kLlama; break;
@@ -529,6 +561,7 @@ std::string gguf_name(Arch arch, const std::string& name) {
     case Arch::olmo2: own = &kOlmo2; break;
     case Arch::qwen3moe: own = &kQwenMoe; break;
     case Arch::qwen2: case Arch::qwen3: own = &kQwen; break;
+    case Arch::phi3: own = &kPhi3; break;
   }
   std::string base;
   if (const auto c = kCommon.find(rest); c != kCommon.end()) base = c->second;
@@ -814,7 +847,15 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   // Gemma needs tokenizer.model; OLMo 2 and Qwen 3 MoE (TextModel's default) read tokenizer.json
   // only; Llama, Granite, Qwen 2 and Qwen 3 try tokenizer.model first.
   const bool bpe_only = arch == Arch::olmo2 || arch == Arch::qwen3moe;
-  if (arch == Arch::gemma2 || arch == Arch::gemma3 || (!bpe_only && fs::is_regular_file(dir / "tokenizer.model"))) {
+  bool phi3_bpe = false;   // Phi-3's converter: tokenizer_class GPT2Tokenizer means BPE, else SentencePiece
+  if (arch == Arch::phi3)
+    if (const auto cfg = read_json_if(dir / "tokenizer_config.json"))
+      if (const json::Value* cls = cfg->find("tokenizer_class"); cls && cls->is_string())
+        phi3_bpe = cls->as_string("tokenizer_class") == "GPT2Tokenizer";
+  if (arch == Arch::phi3 && !phi3_bpe) {
+    vocab = sentencepiece_vocab(dir, config, report.warnings, /*phi3=*/true);
+  } else if (arch == Arch::gemma2 || arch == Arch::gemma3 ||
+             (!bpe_only && !phi3_bpe && fs::is_regular_file(dir / "tokenizer.model"))) {
     vocab = sentencepiece_vocab(dir, config, report.warnings);
   } else {
     // Llama's converter tries SentencePiece, then LlamaHfVocab (a tokenizer.json made from a
@@ -851,7 +892,38 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   if (n_head < 1 || n_embd < 1 || n_layer < 1 || (n_head_kv && *n_head_kv < 1))
     fail(ErrorCode::malformed_file, "convert: {}: hidden_size {}, num_hidden_layers {} and the head counts must be positive",
          config.path(), n_embd, n_layer);
-  if (arch == Arch::gemma2) {
+  double phi3_attn_factor = 0;
+  if (arch == Arch::phi3) {   // Phi3MiniModel.set_gguf_parameters
+    const double rot = config.find_double("partial_rotary_factor").value_or(1.0);
+    const int64_t rope_dims = int64_t(rot * double(n_embd)) / n_head;
+    w.add_uint32(a + ".context_length", to_u32(config.get_int("max_position_embeddings"), "context"));
+    w.add_uint32(a + ".rope.scaling.original_context_length",
+                 to_u32(config.get_int("original_max_position_embeddings"), "original_max_position_embeddings"));
+    w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
+    w.add_uint32(a + ".feed_forward_length", to_u32(config.get_int("intermediate_size"), "intermediate_size"));
+    w.add_uint32(a + ".block_count", to_u32(n_layer, "num_hidden_layers"));
+    w.add_uint32(a + ".attention.head_count", to_u32(n_head, "num_attention_heads"));
+    w.add_uint32(a + ".attention.head_count_kv", to_u32(n_head_kv.value_or(n_head), "num_key_value_heads"));
+    w.add_float32(a + ".attention.layer_norm_rms_epsilon", float(*config.find_double("rms_norm_eps")));
+    w.add_uint32(a + ".rope.dimension_count", to_u32(rope_dims, "rope dimensions"));
+    w.add_float32(a + ".rope.freq_base", float(*config.find_double("rope_theta")));
+    w.add_uint32("general.file_type", file_type);
+    w.add_uint32(a + ".attention.sliding_window", to_u32(config.find_int("sliding_window").value_or(0), "sliding_window"));
+    // generate_extra_tensors: LongRoPE's attention factor here, its factor tensors below.
+    if (const json::Value* scaling = config.find("rope_scaling")) {
+      const double scale = double(config.get_int("max_position_embeddings")) /
+                           double(config.get_int("original_max_position_embeddings"));
+      const json::Value* type = scaling->find("rope_type");
+      if (!type) type = scaling->find("type");
+      std::string kind = type && type->is_string() ? type->as_string("rope_type") : "";
+      for (char& ch : kind) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+      const double orig = double(config.get_int("original_max_position_embeddings"));
+      if (kind == "su" || kind == "longrope") phi3_attn_factor = scale > 1.0 ? std::sqrt(1 + std::log(scale) / std::log(orig)) : 1.0;
+      else if (kind == "yarn") phi3_attn_factor = scale > 1.0 ? 0.1 * std::log(scale) + 1.0 : 1.0;
+      else fail(ErrorCode::unsupported, "convert: Phi-3 rope_scaling '{}' is not converted (longrope, su, yarn are)", kind);
+      w.add_float32(a + ".rope.scaling.attn_factor", float(phi3_attn_factor));
+    }
+  } else if (arch == Arch::gemma2) {
     const int64_t head_dim = config.get_int("head_dim");
     w.add_uint32(a + ".context_length", to_u32(config.get_int("max_position_embeddings"), "context"));
     w.add_uint32(a + ".embedding_length", to_u32(n_embd, "hidden_size"));
@@ -981,7 +1053,21 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
     if (type && type->is_string() && type->as_string("rope_type") == "llama3")
       rope_factors = llama3_rope_factors(config, *scaling);
   }
-  const int64_t total = int64_t(items.size()) + (rope_factors.empty() ? 0 : 1);
+  std::vector<float> phi3_long, phi3_short;
+  if (arch == Arch::phi3)
+    if (const json::Value* scaling = config.find("rope_scaling")) {
+      const double rot = config.find_double("partial_rotary_factor").value_or(1.0);
+      const size_t half = size_t(int64_t(rot * double(n_embd)) / n_head) / 2;
+      const json::Value* lf = scaling->find("long_factor");
+      const json::Value* sf = scaling->find("short_factor");
+      if (!lf || !sf) fail(ErrorCode::malformed_file, "{}: rope_scaling needs long_factor and short_factor", config.path());
+      for (const json::Value& x : lf->as_array("long_factor")) phi3_long.push_back(float(x.as_double("long_factor")));
+      for (const json::Value& x : sf->as_array("short_factor")) phi3_short.push_back(float(x.as_double("short_factor")));
+      if (phi3_long.size() != half || phi3_short.size() != half)
+        fail(ErrorCode::malformed_file, "{}: rope long and short factors must have {} entries each (have {} and {})",
+             config.path(), half, phi3_long.size(), phi3_short.size());
+    }
+  const int64_t total = int64_t(items.size()) + (rope_factors.empty() ? 0 : 1) + (phi3_long.empty() ? 0 : 2);
   int64_t done = 0;
   auto progress = [&](std::string_view name) {
     ++done;
@@ -991,6 +1077,12 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   if (!rope_factors.empty()) {
     w.add_tensor("rope_freqs.weight", DType::f32, {int64_t(rope_factors.size())}, encode(rope_factors, DType::f32));
     progress("rope_freqs.weight");
+  }
+  if (!phi3_long.empty()) {
+    w.add_tensor("rope_factors_long.weight", DType::f32, {int64_t(phi3_long.size())}, encode(phi3_long, DType::f32));
+    progress("rope_factors_long.weight");
+    w.add_tensor("rope_factors_short.weight", DType::f32, {int64_t(phi3_short.size())}, encode(phi3_short, DType::f32));
+    progress("rope_factors_short.weight");
   }
   for (const Item& item : items) {
     const convert::StTensor& t = *item.t;

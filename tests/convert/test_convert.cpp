@@ -159,7 +159,8 @@ TEST_CASE("convert writes what llama.cpp's converter writes", "[convert]") {
                        Case{"gemma2", ember::ConvertType::bf16, "gemma2-bf16.gguf"},
                        Case{"granite", ember::ConvertType::f16, "granite-f16.gguf"},
                        Case{"olmo2", ember::ConvertType::f32, "olmo2-f32.gguf"},
-                       Case{"qwen3moe", ember::ConvertType::bf16, "qwen3moe-bf16.gguf"}}) {
+                       Case{"qwen3moe", ember::ConvertType::bf16, "qwen3moe-bf16.gguf"},
+                       Case{"phi3", ember::ConvertType::f16, "phi3-f16.gguf"}}) {
     INFO(c.expected);
     TempDir tmp;
     const fs::path out = tmp.path / "out.gguf";
@@ -197,7 +198,7 @@ TEST_CASE("convert: the automatic type, the report, and the result runs", "[conv
   CHECK(l.tensors == 22);                      // 21 weights and rope_freqs
   CHECK(ember::is_hf_checkpoint((hf_dir() / "llama").string()));
   // Every converted architecture loads in ember and runs (the tiny models of each family).
-  for (const char* fixture : {"llama", "qwen2", "qwen3", "gemma2", "granite", "olmo2", "qwen3moe"}) {
+  for (const char* fixture : {"llama", "qwen2", "qwen3", "gemma2", "granite", "olmo2", "qwen3moe", "phi3"}) {
     INFO(fixture);
     const fs::path out = tmp.path / (std::string(fixture) + ".gguf");
     ember::convert_hf_checkpoint((hf_dir() / fixture).string(), out.string());

@@ -360,6 +360,41 @@ if want("qwen3moe"):
             t[p + f"mlp.experts.{e}.down_proj.weight"] = rnd(hidden, moe_ff, dtype=torch.bfloat16)
     save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 
+# Phi-3: fused qkv and gate_up projections, Llama's SentencePiece model with four added
+# tokens past it (Phi-3's own rules for them), LongRoPE factors.
+if want("phi3"):
+    torch.manual_seed(1242)
+    d = os.path.join(out, "phi3")
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(out, "llama", "tokenizer.model"), os.path.join(d, "tokenizer.model"))
+    n_sp = spm.SentencePieceProcessor(model_file=os.path.join(d, "tokenizer.model")).vocab_size()
+    added = [(n_sp, "<|endoftext|>", True), (n_sp + 1, "<|user|>", True), (n_sp + 2, "<|end|>", True),
+             (n_sp + 3, "<|placeholder1|>", False)]
+    write_tokenizer(d, "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}",
+                    [(0, "<pad>", True), (1, "</s>", True), (2, "<s>", True), (3, "<unk>", False)] + added,
+                    {"add_bos_token": False, "add_eos_token": False, "bos_token": "<s>", "eos_token": "<|endoftext|>",
+                     "pad_token": "<|endoftext|>", "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"})
+    n = n_sp + len(added)
+    json.dump({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": hidden,
+               "intermediate_size": ff, "num_hidden_layers": 2, "num_attention_heads": heads,
+               "num_key_value_heads": heads, "vocab_size": n, "max_position_embeddings": 2048,
+               "original_max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+               "rope_scaling": {"type": "longrope", "long_factor": [1.0 + 0.5 * k for k in range(hd // 2)],
+                                "short_factor": [1.0 + 0.05 * k for k in range(hd // 2)]},
+               "sliding_window": 262144, "bos_token_id": 1, "eos_token_id": n_sp, "tie_word_embeddings": False},
+              open(os.path.join(d, "config.json"), "w"), indent=2)
+    t = {"model.embed_tokens.weight": rnd(n, hidden, dtype=torch.float16),
+         "lm_head.weight": rnd(n, hidden, dtype=torch.float16), "model.norm.weight": 1 + rnd(hidden, dtype=torch.float16)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+        t[p + "post_attention_layernorm.weight"] = 1 + rnd(hidden, dtype=torch.float16)
+        t[p + "self_attn.qkv_proj.weight"] = rnd(3 * heads * hd, hidden, dtype=torch.float16)
+        t[p + "self_attn.o_proj.weight"] = rnd(hidden, heads * hd, dtype=torch.float16)
+        t[p + "mlp.gate_up_proj.weight"] = rnd(2 * ff, hidden, dtype=torch.float16)
+        t[p + "mlp.down_proj.weight"] = rnd(hidden, ff, dtype=torch.float16)
+    save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
 for extra in glob.glob(os.path.join(out, "*", "tokenizer.vocab")):
     os.remove(extra)
 print("wrote", out)
