@@ -133,8 +133,8 @@ speculative decoding (lossless: the same tokens as without it):
       {"convert", ember::cli::cmd_convert, R"(ember convert DIR OUT [--type auto|f32|f16|bf16]
   Writes OUT, a GGUF, from the Hugging Face checkpoint folder DIR (config.json, *.safetensors,
   tokenizer.model and the tokenizer's JSON files), read by ember itself: the tensor names,
-  values and metadata llama.cpp's convert_hf_to_gguf.py writes. Llama/Mistral, Gemma 3,
-  Qwen 2 and Qwen 3 text models; SentencePiece or byte-level BPE tokenizers (docs/convert.md).
+  values and metadata llama.cpp's convert_hf_to_gguf.py writes. Llama/Mistral, Granite,
+  Gemma 2/3, Qwen 2/3/3-MoE, OLMo 2 and Phi-3; SentencePiece or byte-level BPE (docs/convert.md).
   --type T               the matrices' type; auto (default): the source's when all matrices share
                          F32, F16 or BF16, else F32. Norms and 1-D tensors are always F32.
 )"},

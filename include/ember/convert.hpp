@@ -8,8 +8,9 @@
 // and k permuted for Llama's adjacent-pair rope, Gemma's norms stored as 1 + w, the
 // embedding cut to the vocabulary) and the same architecture and tokenizer metadata.
 // tests/convert checks that against the converter's own output. docs/convert.md lists
-// what is supported: Llama (and Mistral), Gemma 3, Qwen 2 and Qwen 3 text models
-// with a SentencePiece tokenizer.model or a byte-level BPE tokenizer.json.
+// what is supported: the text models of every architecture ember runs (Llama and
+// Mistral, Granite, Gemma 2 and 3, Qwen 2, 3 and 3 MoE, OLMo 2, Phi-3) with a SentencePiece
+// tokenizer.model or a byte-level BPE tokenizer.json.
 #pragma once
 
 #include <cstdint>
