@@ -622,18 +622,24 @@ std::vector<float> permute_heads(const std::vector<float>& w, int64_t rows, int6
   return out;
 }
 
-std::vector<std::byte> encode(const std::vector<float>& v, DType type) {
-  std::vector<std::byte> out;
+// Stores `v` as `type` (F32, F16 or BF16) into `out`, which holds exactly its bytes.
+void encode_into(const std::vector<float>& v, DType type, std::span<std::byte> out) {
+  const size_t elem = type == DType::f32 ? 4 : 2;
+  if (out.size() != v.size() * elem)
+    fail(ErrorCode::internal, "convert: {} values for {} bytes of {}", v.size(), out.size(), quant::type_name(type));
   if (type == DType::f32) {
-    out.resize(v.size() * 4);
     std::memcpy(out.data(), v.data(), out.size());
-    return out;
+    return;
   }
-  out.resize(v.size() * 2);
   for (size_t i = 0; i < v.size(); ++i) {
     const uint16_t h = type == DType::f16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
     std::memcpy(&out[2 * i], &h, 2);
   }
+}
+
+std::vector<std::byte> encode(const std::vector<float>& v, DType type) {
+  std::vector<std::byte> out(v.size() * (type == DType::f32 ? 4 : 2));
+  encode_into(v, type, out);
   return out;
 }
 
@@ -1084,51 +1090,70 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
     w.add_tensor("rope_factors_short.weight", DType::f32, {int64_t(phi3_short.size())}, encode(phi3_short, DType::f32));
     progress("rope_factors_short.weight");
   }
+  // The tensors' bytes are made while the file is written, one tensor at a time (the
+  // Writer's fill functions), so that only one tensor is in memory; everything that can
+  // fail is checked here first.
+  const int64_t n_vocab_out = int64_t(vocab.tokens.size());
   for (const Item& item : items) {
     const convert::StTensor& t = *item.t;
     if (t.shape.empty() || t.shape.size() > 4)
       fail(ErrorCode::unsupported, "convert: tensor '{}' has {} dimensions", t.name, t.shape.size());
-    std::vector<float> values = to_f32(t);
+    for (const convert::StTensor* part : item.experts.empty() ? std::vector<const convert::StTensor*>{&t} : item.experts)
+      if (part->dtype != convert::StDType::f32 && part->dtype != convert::StDType::f16 &&
+          part->dtype != convert::StDType::bf16 && part->dtype != convert::StDType::f64)
+        fail(ErrorCode::unsupported, "convert: tensor '{}' is {}; ember converts F32, F16, BF16 and F64 tensors",
+             part->name, part->dtype_name);
     int64_t rows = 1;
     for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
     const int64_t cols = t.shape.back();
     std::vector<int64_t> shape(t.shape.rbegin(), t.shape.rend());   // GGUF: innermost first
     if (!item.experts.empty()) {   // a stack: [experts, rows, cols]
       if (t.shape.size() != 2) fail(ErrorCode::malformed_file, "convert: expert tensor '{}' is not a matrix", t.name);
-      values.clear();
-      for (const convert::StTensor* e : item.experts) {
-        const std::vector<float> part = to_f32(*e);
-        values.insert(values.end(), part.begin(), part.end());
-      }
       shape.push_back(int64_t(item.experts.size()));
     }
     const std::string& name = item.name;
-    if (arch == Arch::llama || arch == Arch::granite) {
-      const bool q = ends_with(name, "attn_q.weight") || ends_with(name, "attn_q.bias");
-      const bool k = ends_with(name, "attn_k.weight") || ends_with(name, "attn_k.bias");
-      const int64_t permute_rows = t.shape.size() == 1 ? cols : rows, permute_cols = t.shape.size() == 1 ? 1 : cols;
-      if (q) values = permute_heads(values, permute_rows, permute_cols, n_head, t.name);
-      if (k) values = permute_heads(values, permute_rows, permute_cols, n_head_kv.value_or(n_head), t.name);
-    } else if (arch == Arch::gemma3) {
-      if (name == "token_embd.weight") {
-        const int64_t keep = int64_t(vocab.tokens.size());
-        if (t.shape.size() != 2 || rows < keep)
-          fail(ErrorCode::malformed_file, "convert: '{}' has {} rows for a vocabulary of {}", t.name, rows, keep);
-        values.resize(size_t(keep * cols));
-        shape[1] = keep;
-      }
-      if (ends_with(t.name, "norm.weight"))   // Gemma3RMSNorm scales by (1 + w)
-        for (float& x : values) x += 1.0f;
-    } else if (arch == Arch::gemma2) {
-      if (ends_with(t.name, "norm.weight"))   // as Gemma 3's
-        for (float& x : values) x += 1.0f;
+    const bool permute_q = (arch == Arch::llama || arch == Arch::granite) &&
+                           (ends_with(name, "attn_q.weight") || ends_with(name, "attn_q.bias"));
+    const bool permute_k = (arch == Arch::llama || arch == Arch::granite) &&
+                           (ends_with(name, "attn_k.weight") || ends_with(name, "attn_k.bias"));
+    const int64_t permute_rows = t.shape.size() == 1 ? cols : rows, permute_cols = t.shape.size() == 1 ? 1 : cols;
+    const int64_t q_heads = n_head, k_heads = n_head_kv.value_or(n_head);
+    if ((permute_q && (q_heads <= 0 || permute_rows % (2 * q_heads) != 0)) ||
+        (permute_k && (k_heads <= 0 || permute_rows % (2 * k_heads) != 0)))
+      fail(ErrorCode::malformed_file, "convert: tensor '{}' has {} rows, not a multiple of 2 x its heads", t.name,
+           permute_rows);
+    const bool cut_embedding = arch == Arch::gemma3 && name == "token_embd.weight";
+    if (cut_embedding) {
+      if (t.shape.size() != 2 || rows < n_vocab_out)
+        fail(ErrorCode::malformed_file, "convert: '{}' has {} rows for a vocabulary of {}", t.name, rows, n_vocab_out);
+      shape[1] = n_vocab_out;
     }
+    // Gemma's RMSNorm scales by (1 + w).
+    const bool plus_one = (arch == Arch::gemma2 || arch == Arch::gemma3) && ends_with(t.name, "norm.weight");
     // 1-D tensors, norms, biases and the expert router are F32 whatever the type.
     const bool f32 = shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight") ||
                      ends_with(name, "ffn_gate_inp.weight");
     const DType type = f32 ? DType::f32 : matrix_type;
-    w.add_tensor(name, type, shape, encode(values, type));
-    progress(name);
+    w.add_deferred_tensor(name, type, shape, [&, item_ptr = &item, type, permute_q, permute_k, permute_rows, permute_cols,
+                                     q_heads, k_heads, cut_embedding, plus_one, cols](std::span<std::byte> out) {
+      const Item& it = *item_ptr;
+      std::vector<float> values;
+      if (it.experts.empty()) {
+        values = to_f32(*it.t);
+      } else {
+        for (const convert::StTensor* e : it.experts) {
+          const std::vector<float> part = to_f32(*e);
+          values.insert(values.end(), part.begin(), part.end());
+        }
+      }
+      if (permute_q) values = permute_heads(values, permute_rows, permute_cols, q_heads, it.t->name);
+      if (permute_k) values = permute_heads(values, permute_rows, permute_cols, k_heads, it.t->name);
+      if (cut_embedding) values.resize(size_t(n_vocab_out * cols));
+      if (plus_one)
+        for (float& x : values) x += 1.0f;
+      encode_into(values, type, out);
+      progress(it.name);
+    });
   }
 
   w.write(temp.path());

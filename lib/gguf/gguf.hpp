@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -174,6 +175,12 @@ class Writer {
   void add_int32_array(std::string key, const std::vector<int32_t>& v);
   // `data` must hold row_bytes(type, shape[0]) * rows bytes.
   void add_tensor(std::string name, quant::DType type, std::vector<int64_t> shape, std::span<const std::byte> data);
+  // A tensor whose bytes are made when the file is written, so that a large model need
+  // not be held in memory: write() and to_bytes() call `fill` once per call, in tensor
+  // order, with a buffer of exactly the tensor's byte size to fill completely. An
+  // exception from `fill` leaves the file incomplete (write into a temporary name).
+  using Fill = std::function<void(std::span<std::byte> data)>;
+  void add_deferred_tensor(std::string name, quant::DType type, std::vector<int64_t> shape, Fill fill);
 
   std::vector<std::byte> to_bytes() const;
   void write(const std::filesystem::path& path) const;   // throws io

@@ -89,7 +89,9 @@ struct Writer::Impl {
     std::string name;
     quant::DType type;
     std::vector<int64_t> shape;
-    std::vector<std::byte> data;
+    uint64_t n_bytes = 0;
+    std::vector<std::byte> data;   // empty when `fill` makes the bytes at write time
+    Writer::Fill fill;
   };
 
   uint64_t alignment = kDefaultAlignment;
@@ -144,9 +146,12 @@ void Writer::add_int32_array(std::string key, const std::vector<int32_t>& v) {
   add(std::move(key), Value::make_array(std::move(array)));
 }
 
-void Writer::add_tensor(std::string name, quant::DType type, std::vector<int64_t> shape,
-                        std::span<const std::byte> data) {
-  require(!impl_->tensor_names.contains(name), "gguf::Writer: duplicate tensor '{}'", name);
+namespace {
+
+// Checks a tensor's name, shape and type; returns its byte size.
+uint64_t checked_tensor_bytes(const std::unordered_set<std::string>& names, const std::string& name, quant::DType type,
+                              const std::vector<int64_t>& shape) {
+  require(!names.contains(name), "gguf::Writer: duplicate tensor '{}'", name);
   require(shape.size() <= 4, "gguf::Writer: tensor '{}' has {} dimensions, at most 4 are allowed", name, shape.size());
   const quant::TypeInfo& info = quant::type_info(type);
   int64_t n_elements = 1;
@@ -161,11 +166,26 @@ void Writer::add_tensor(std::string name, quant::DType type, std::vector<int64_t
   uint64_t n_bytes = 0;
   require(!__builtin_mul_overflow(uint64_t(n_elements) / info.block_elems, uint64_t(info.block_bytes), &n_bytes),
           "gguf::Writer: tensor '{}' is too large", name);
+  return n_bytes;
+}
+
+}  // namespace
+
+void Writer::add_tensor(std::string name, quant::DType type, std::vector<int64_t> shape,
+                        std::span<const std::byte> data) {
+  const uint64_t n_bytes = checked_tensor_bytes(impl_->tensor_names, name, type, shape);
   require(data.size() == n_bytes, "gguf::Writer: tensor '{}' needs {} bytes of {} data, got {}", name, n_bytes,
-          info.name, data.size());
+          quant::type_info(type).name, data.size());
   impl_->tensor_names.insert(name);
-  impl_->tensors.push_back(
-      Impl::Tensor{std::move(name), type, std::move(shape), std::vector<std::byte>(data.begin(), data.end())});
+  impl_->tensors.push_back(Impl::Tensor{std::move(name), type, std::move(shape), n_bytes,
+                                        std::vector<std::byte>(data.begin(), data.end()), {}});
+}
+
+void Writer::add_deferred_tensor(std::string name, quant::DType type, std::vector<int64_t> shape, Fill fill) {
+  const uint64_t n_bytes = checked_tensor_bytes(impl_->tensor_names, name, type, shape);
+  require(bool(fill), "gguf::Writer: tensor '{}' has no fill function", name);
+  impl_->tensor_names.insert(name);
+  impl_->tensors.push_back(Impl::Tensor{std::move(name), type, std::move(shape), n_bytes, {}, std::move(fill)});
 }
 
 namespace {
@@ -193,7 +213,7 @@ ByteSink layout_head(const Impl& impl, uint64_t& data_bytes) {
     for (int64_t d : t.shape) out.put<uint64_t>(uint64_t(d));
     out.put<uint32_t>(uint32_t(t.type));
     out.put<uint64_t>(offset);
-    offset += t.data.size();
+    offset += t.n_bytes;
   }
   if (!impl.tensors.empty()) out.pad_to(alignment);
   data_bytes = offset;
@@ -210,7 +230,13 @@ std::vector<std::byte> Writer::to_bytes() const {
   out.reserve(size_t(data_start + data_bytes));
   for (const Impl::Tensor& t : impl_->tensors) {
     out.pad_to(impl_->alignment, data_start);
-    out.put_bytes(t.data.data(), t.data.size());
+    if (t.fill) {
+      std::vector<std::byte> bytes(size_t(t.n_bytes));
+      t.fill(bytes);
+      out.put_bytes(bytes.data(), bytes.size());
+    } else {
+      out.put_bytes(t.data.data(), t.data.size());
+    }
   }
   return out.take();
 }
@@ -221,6 +247,12 @@ void Writer::write(const std::filesystem::path& path) const {
   const std::vector<std::byte> head = layout_head(*impl_, data_bytes).take();
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) fail(ErrorCode::io, "cannot create '{}': {}", path.string(), std::strerror(errno));
+  struct Closer {   // closes the file when a fill function throws
+    std::FILE*& f;
+    ~Closer() {
+      if (f) std::fclose(f);
+    }
+  } closer{f};
   bool ok = head.empty() || std::fwrite(head.data(), 1, head.size(), f) == head.size();
   const std::byte zeros[256] = {};
   uint64_t at = 0;   // position in the data section
@@ -232,11 +264,18 @@ void Writer::write(const std::filesystem::path& path) const {
       ok = std::fwrite(zeros, 1, n, f) == n;
       pad -= n;
     }
-    ok = ok && (t.data.empty() || std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size());
-    at = start + t.data.size();
+    if (ok && t.fill) {
+      std::vector<std::byte> bytes(size_t(t.n_bytes));
+      t.fill(bytes);
+      ok = bytes.empty() || std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    } else {
+      ok = ok && (t.data.empty() || std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size());
+    }
+    at = start + t.n_bytes;
   }
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
+  f = nullptr;
   if (!ok || !closed) fail(ErrorCode::io, "cannot write '{}': {}", path.string(), std::strerror(!ok ? write_errno : errno));
 }
 

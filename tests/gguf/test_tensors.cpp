@@ -193,3 +193,42 @@ TEST_CASE("gguf: writer rejects inconsistent tensors", "[gguf][tensors]") {
   // The failed calls left the writer as it was: one tensor.
   CHECK(File::from_bytes(w.to_bytes()).tensors().size() == 1);
 }
+
+TEST_CASE("gguf: deferred tensors are made at write time and give the same bytes", "[gguf][tensors]") {
+  const std::vector<std::byte> a = pattern_bytes(4 * 68, 3), b = pattern_bytes(256, 4);
+  Writer direct, deferred;
+  for (Writer* w : {&direct, &deferred}) w->add_string("general.architecture", "llama");
+  direct.add_tensor("a", quant::DType::q8_0, {64, 4}, a);
+  direct.add_tensor("b", quant::DType::f32, {64}, b);
+  int calls = 0;
+  deferred.add_deferred_tensor("a", quant::DType::q8_0, {64, 4}, [&](std::span<std::byte> out) {
+    ++calls;
+    REQUIRE(out.size() == a.size());
+    std::memcpy(out.data(), a.data(), a.size());
+  });
+  deferred.add_tensor("b", quant::DType::f32, {64}, b);
+  CHECK(calls == 0);   // nothing is made before writing
+  CHECK(deferred.to_bytes() == direct.to_bytes());
+  CHECK(calls == 1);
+  const std::filesystem::path path = temp_path("deferred");
+  deferred.write(path);
+  CHECK(calls == 2);
+  const File file = File::open(path);
+  CHECK(std::memcmp(file.tensor("a").data, a.data(), a.size()) == 0);
+  std::filesystem::remove(path);
+
+  // A fill that throws stops the write with its error; duplicate names and bad shapes are
+  // rejected when the tensor is added, as for add_tensor.
+  Writer failing;
+  failing.add_deferred_tensor("x", quant::DType::f32, {4}, [](std::span<std::byte>) {
+    throw ember::Error(ErrorCode::unsupported, "made-up failure");
+  });
+  require_error([&] { failing.write(temp_path("failing")); }, ErrorCode::unsupported, {"made-up failure"});
+  std::filesystem::remove(temp_path("failing"));
+  require_error([&] { failing.add_deferred_tensor("x", quant::DType::f32, {4}, [](std::span<std::byte>) {}); },
+                ErrorCode::invalid_argument, {"duplicate tensor 'x'"});
+  require_error([&] { failing.add_deferred_tensor("y", quant::DType::q4_k, {128}, [](std::span<std::byte>) {}); },
+                ErrorCode::invalid_argument, {"'y'", "Q4_K"});
+  require_error([&] { failing.add_deferred_tensor("z", quant::DType::f32, {4}, nullptr); },
+                ErrorCode::invalid_argument, {"'z'", "no fill function"});
+}
