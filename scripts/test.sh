@@ -3,7 +3,9 @@
 # (Debian packages, the real model), builds ember (Release, tests, benchmarks,
 # examples) and runs the whole test suite, the real-model tests included; then, with
 # the ARM cross compiler and qemu-user present, the ARM64 kernel, op, KV-format and
-# golden tests under emulation at every ARM level (scripts/test-arm.sh).
+# golden tests under emulation at every ARM level (scripts/test-arm.sh); and on x86 the
+# kernel and golden tests of the avx2vnni level with its AVX-VNNI instructions emulated
+# (scripts/test-vnni.sh).
 #   scripts/test.sh              build and run every test
 #   BUILD_DIR=... JOBS=... scripts/test.sh
 set -euo pipefail
@@ -19,3 +21,4 @@ cmake --build "$build" -j "$jobs"
 cd "$build"
 ctest --output-on-failure -j "$jobs" --timeout 1800
 "$root/scripts/test-arm.sh"
+"$root/scripts/test-vnni.sh"

@@ -37,7 +37,9 @@ bool cpu_has_avx2() {
 // bit 4. GCC 12's __builtin_cpu_supports does not know it; the OS support for YMM
 // state is already implied by cpu_has_avx2.
 bool cpu_has_avx2vnni() {
-#if defined(EMBER_X86)
+#if defined(EMBER_X86) && defined(EMBER_EMULATE_AVX_VNNI)
+  return cpu_has_avx2();   // a test build: the level's AVX-VNNI instructions are emulated
+#elif defined(EMBER_X86)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!cpu_has_avx2() || __get_cpuid_max(0, nullptr) < 7) return false;
   __cpuid_count(7, 1, eax, ebx, ecx, edx);

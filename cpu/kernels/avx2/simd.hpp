@@ -16,6 +16,26 @@
 
 #include <immintrin.h>
 
+#if defined(EMBER_AVX2_VNNI) && defined(EMBER_EMULATE_AVX_VNNI)
+// Test builds (EMBER_EMULATE_AVX_VNNI): the avx2vnni level compiled without -mavxvnni, its
+// two AVX-VNNI instructions computed with AVX2, so that every line of the level but those
+// two runs on machines without AVX-VNNI. Same results: both instructions add exact integer
+// sums without saturation.
+namespace ember::cpu::avx2vnni::emulated {
+// vpdpbusd: acc + sum over each 4 bytes of u8(u) * s8(s), per int32 lane.
+inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+  const __m256i low = _mm256_set1_epi16(0x00ff);
+  const __m256i u_even = _mm256_and_si256(u, low), u_odd = _mm256_srli_epi16(u, 8);
+  const __m256i s_even = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8), s_odd = _mm256_srai_epi16(s, 8);
+  return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(u_even, s_even), _mm256_madd_epi16(u_odd, s_odd)));
+}
+// vpdpwssd: acc + a[2i] b[2i] + a[2i + 1] b[2i + 1], per int32 lane.
+inline __m256i dpwssd(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+}  // namespace ember::cpu::avx2vnni::emulated
+#define _mm256_dpbusd_avx_epi32 ::ember::cpu::avx2vnni::emulated::dpbusd
+#define _mm256_dpwssd_avx_epi32 ::ember::cpu::avx2vnni::emulated::dpwssd
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
