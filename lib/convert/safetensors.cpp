@@ -38,18 +38,25 @@ size_t st_dtype_size(StDType t) {
   return 0;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), map_(path) {
-  const uint64_t size = map_.size();
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), map_(path) { parse(map_.bytes()); }
+
+SafetensorsFile::SafetensorsFile(std::span<const std::byte> bytes, std::string name) : path_(std::move(name)) {
+  parse(bytes);
+}
+
+void SafetensorsFile::parse(std::span<const std::byte> bytes) {
+  const std::string& path = path_;
+  const uint64_t size = bytes.size();
   if (size < 8) fail(ErrorCode::malformed_file, "'{}': {} bytes, too short for a safetensors header", path, size);
   uint64_t header = 0;
-  for (int i = 7; i >= 0; --i) header = (header << 8) | uint64_t(std::to_integer<uint8_t>(map_.data()[i]));
+  for (int i = 7; i >= 0; --i) header = (header << 8) | uint64_t(std::to_integer<uint8_t>(bytes[size_t(i)]));
   if (header > size - 8)
     fail(ErrorCode::malformed_file, "'{}': header of {} bytes runs past the end of the file ({} bytes)", path, header,
          size);
-  const std::string_view text(reinterpret_cast<const char*>(map_.data()) + 8, size_t(header));
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, size_t(header));
   const json::Value root = json::parse(text, path + " (safetensors header)");
   const json::Object& members = root.as_object(path + ": safetensors header");
-  const std::byte* data = map_.data() + 8 + header;
+  const std::byte* data = bytes.data() + 8 + header;
   const uint64_t data_size = size - 8 - header;
   for (const auto& [name, info] : members) {
     if (name == "__metadata__") continue;

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,16 @@ class SafetensorsFile {
  public:
   // Maps and parses `path`; throws io or malformed_file.
   explicit SafetensorsFile(const std::string& path);
+  // Parses an image owned by the caller (`name` in messages); the bytes must outlive the
+  // object. For tests and fuzzing.
+  SafetensorsFile(std::span<const std::byte> bytes, std::string name);
 
   const std::string& path() const { return path_; }
   const std::vector<StTensor>& tensors() const { return tensors_; }   // in header order
 
  private:
+  void parse(std::span<const std::byte> bytes);
+
   std::string path_;
   MappedFile map_;
   std::vector<StTensor> tensors_;

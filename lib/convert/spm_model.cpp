@@ -95,8 +95,13 @@ SpmPiece read_piece(const uint8_t* p, size_t n, size_t base, const std::string& 
 
 std::vector<SpmPiece> read_spm_model(const std::string& path) {
   const MappedFile map(path);
-  const auto* p = reinterpret_cast<const uint8_t*>(map.data());
-  Wire w(p, map.size(), 0, path);
+  return parse_spm_model(map.bytes(), path);
+}
+
+std::vector<SpmPiece> parse_spm_model(std::span<const std::byte> bytes, const std::string& what) {
+  const std::string& path = what;
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  Wire w(p, bytes.size(), 0, path);
   std::vector<SpmPiece> pieces;
   while (!w.done()) {
     const uint64_t key = w.varint();

@@ -8,7 +8,9 @@
 // Malformed wire data throws ember::Error(ErrorCode::malformed_file) naming the byte offset.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,5 +23,7 @@ struct SpmPiece {
 };
 
 std::vector<SpmPiece> read_spm_model(const std::string& path);
+// The same from bytes in memory (`what` names them in messages). For tests and fuzzing.
+std::vector<SpmPiece> parse_spm_model(std::span<const std::byte> bytes, const std::string& what);
 
 }  // namespace ember::convert
