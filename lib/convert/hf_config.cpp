@@ -65,10 +65,11 @@ Config::Config(const std::string& path) : path_(path) {
 }
 
 const json::Value* Config::find(std::string_view key) const {
+  // A null member counts as absent (the class default, added by add_defaults, then applies).
   const json::Value* found = nullptr;
   for (const auto& [k, v] : members_)
-    if (k == key) found = &v;
-  return found && !found->is_null() ? found : nullptr;
+    if (k == key && !v.is_null()) found = &v;
+  return found;
 }
 
 std::string Config::what(std::string_view key) const { return fmt::format("{}: \"{}\"", path_, key); }

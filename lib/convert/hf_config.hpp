@@ -25,7 +25,7 @@ std::optional<Arch> find_arch(std::string_view hf_class);
 std::string supported_list();
 
 // config.json with a text_config merged over the top level. find() returns the last
-// member of a name, and nullptr for absent or null members.
+// non-null member of a name, nullptr when there is none.
 class Config {
  public:
   explicit Config(const std::string& path);

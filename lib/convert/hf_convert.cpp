@@ -190,6 +190,7 @@ std::vector<float> llama3_rope_factors(const Config& c, const json::Value& scali
   const double base = c.find_double("rope_theta").value_or(10000.0);
   const int64_t n_head = c.get_int("num_attention_heads");
   const int64_t dim = c.find_int("head_dim").value_or(c.get_int("hidden_size") / n_head);
+  if (dim < 2 || dim > 65536) fail(ErrorCode::malformed_file, "{}: head dimension {} is outside 2 .. 65536", c.path(), dim);
   auto num = [&](const char* key, double fallback) {
     const json::Value* v = scaling.find(key);
     return v && v->is_number() ? v->as_double(key) : fallback;
@@ -294,6 +295,8 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   // [experts, rows, cols] tensor per kind once the layer's last one has been read (the
   // converter's order).
   const int64_t n_experts = arch == Arch::qwen3moe ? config.get_int("num_experts") : 0;
+  if (arch == Arch::qwen3moe && (n_experts < 1 || n_experts > 65536))
+    fail(ErrorCode::malformed_file, "{}: num_experts {} is outside 1 .. 65536", config.path(), n_experts);
   std::map<std::string, std::map<std::string, std::map<int64_t, const convert::StTensor*>>> expert_parts;
   std::map<std::string, int64_t> expert_count;
   for (const convert::SafetensorsFile& f : files) {
@@ -411,6 +414,8 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
   double phi3_attn_factor = 0;
   if (arch == Arch::phi3) {   // Phi3MiniModel.set_gguf_parameters
     const double rot = config.find_double("partial_rotary_factor").value_or(1.0);
+    if (!(rot > 0.0 && rot <= 1.0))
+      fail(ErrorCode::malformed_file, "{}: partial_rotary_factor {} is outside (0, 1]", config.path(), rot);
     const int64_t rope_dims = int64_t(rot * double(n_embd)) / n_head;
     w.add_uint32(a + ".context_length", to_u32(config.get_int("max_position_embeddings"), "context"));
     w.add_uint32(a + ".rope.scaling.original_context_length",
@@ -434,6 +439,9 @@ ConvertReport convert_hf_checkpoint(const std::string& dir_name, const std::stri
       std::string kind = type && type->is_string() ? type->as_string("rope_type") : "";
       for (char& ch : kind) ch = char(std::tolower(static_cast<unsigned char>(ch)));
       const double orig = double(config.get_int("original_max_position_embeddings"));
+      if (orig < 1 || scale <= 0)
+        fail(ErrorCode::malformed_file, "{}: original_max_position_embeddings and max_position_embeddings must be positive",
+             config.path());
       if (kind == "su" || kind == "longrope") phi3_attn_factor = scale > 1.0 ? std::sqrt(1 + std::log(scale) / std::log(orig)) : 1.0;
       else if (kind == "yarn") phi3_attn_factor = scale > 1.0 ? 0.1 * std::log(scale) + 1.0 : 1.0;
       else fail(ErrorCode::unsupported, "convert: Phi-3 rope_scaling '{}' is not converted (longrope, su, yarn are)", kind);

@@ -18,6 +18,13 @@ namespace {
 
 constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
 
+// Vocabularies are built in memory with one string per id: a size beyond any real model
+// (the largest today are about 262,000) is a broken config, not an allocation to try.
+void check_vocab_size(int64_t n_vocab, const Config& config) {
+  constexpr int64_t kMaxVocab = int64_t(1) << 24;
+  if (n_vocab < 1 || n_vocab > kMaxVocab)
+    fail(ErrorCode::malformed_file, "{}: vocab_size {} is outside 1 .. {}", config.path(), n_vocab, kMaxVocab);
+}
 
 // llama.cpp's does_token_look_special.
 bool looks_special(std::string_view t) {
@@ -49,6 +56,7 @@ Vocab sentencepiece_vocab(const fs::path& dir, const Config& config, std::vector
   }
   const std::vector<convert::SpmPiece> pieces = convert::read_spm_model(model.string());
   const int64_t n_vocab = config.find_int("vocab_size").value_or(int64_t(pieces.size()));
+  check_vocab_size(n_vocab, config);
   if (n_vocab < int64_t(pieces.size()))
     fail(ErrorCode::malformed_file, "convert: config.json's vocab_size {} is smaller than tokenizer.model's {} pieces",
          n_vocab, pieces.size());
@@ -191,6 +199,7 @@ Vocab bpe_vocab(const fs::path& dir, const Config& config, std::vector<std::stri
       added[id->as_int("added token id")] = special && special->is_bool() && special->as_bool("special");
     }
   const int64_t n_vocab = config.get_int("vocab_size");
+  check_vocab_size(n_vocab, config);
   if (!by_id.empty() && (by_id.begin()->first < 0 || by_id.rbegin()->first >= n_vocab))
     fail(ErrorCode::malformed_file, "convert: tokenizer.json has token id {} outside config.json's vocab_size {}",
          by_id.begin()->first < 0 ? by_id.begin()->first : by_id.rbegin()->first, n_vocab);

@@ -376,6 +376,40 @@ TEST_CASE("convert: bad input is a typed error and leaves no output", "[convert]
     expect_error([&] { convert(d); }, ErrorCode::malformed_file, "423 rows for a vocabulary of 500");
     no_output();
   }
+  SECTION("sizes no real model has, and null members") {
+    TempDir src;
+    const fs::path d = copy_fixture("gemma3", src);
+    std::string cfg = read_text(d / "config.json");
+    cfg.replace(cfg.find("\"vocab_size\": 423"), std::strlen("\"vocab_size\": 423"), "\"vocab_size\": 4000000000");
+    write_text(d / "config.json", cfg);
+    expect_error([&] { convert(d); }, ErrorCode::malformed_file, "vocab_size 4000000000 is outside 1 .. 16777216");
+    const fs::path m = copy_fixture("qwen3moe", src);
+    cfg = read_text(m / "config.json");
+    cfg.replace(cfg.find("\"num_experts\": 4"), std::strlen("\"num_experts\": 4"), "\"num_experts\": 0");
+    write_text(m / "config.json", cfg);
+    expect_error([&] { convert(m); }, ErrorCode::malformed_file, "num_experts 0 is outside");
+    const fs::path p = copy_fixture("phi3", src);
+    cfg = read_text(p / "config.json");
+    cfg.replace(cfg.find("\"rms_norm_eps\""), 0, "\"partial_rotary_factor\": 2.5, ");
+    write_text(p / "config.json", cfg);
+    expect_error([&] { convert(p); }, ErrorCode::malformed_file, "partial_rotary_factor 2.5 is outside (0, 1]");
+    const fs::path h = copy_fixture("llama", src);
+    cfg = read_text(h / "config.json");
+    cfg.replace(cfg.find("\"num_attention_heads\": 4"), std::strlen("\"num_attention_heads\": 4"),
+                "\"num_attention_heads\": 0");
+    write_text(h / "config.json", cfg);
+    expect_error([&] { convert(h); }, ErrorCode::malformed_file, "head counts must be positive");
+    no_output();
+    // A null member is absent: the config class's default applies (Gemma 3's rms_norm_eps 1e-6).
+    TempDir src2;
+    const fs::path g = copy_fixture("gemma3", src2);
+    cfg = read_text(g / "config.json");
+    cfg.replace(cfg.find("\"rms_norm_eps\": 1e-06"), std::strlen("\"rms_norm_eps\": 1e-06"), "\"rms_norm_eps\": null");
+    write_text(g / "config.json", cfg);
+    ember::convert_hf_checkpoint(g.string(), out);
+    CHECK(ember::gguf::File::open(out).get_float("gemma3.attention.layer_norm_rms_epsilon") == double(1e-6f));
+    fs::remove(out);
+  }
   SECTION("an output that cannot be written") {
     expect_error([&] { ember::convert_hf_checkpoint((hf_dir() / "gemma3").string(), (tmp.path / "no/such/x.gguf").string()); },
                  ErrorCode::io, "cannot create a file");
