@@ -240,6 +240,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
                options.threads == 1 ? "" : "s");
   const QuantizeReport report = quantize_model(in, out, options);
   for (const std::string& w : report.warnings) std::fprintf(stderr, "ember quantize: warning: %s\n", w.c_str());
+  if (!report.converted_from.empty())
+    std::printf("input: the Hugging Face checkpoint '%s', converted to GGUF first (ember convert's rules)\n",
+                report.converted_from.c_str());
 
   // The report: one line per tensor, then per output type, then totals.
   std::printf("%-32s %-16s %-6s %-6s %12s %12s %10s\n", "tensor", "shape", "in", "out", "bytes in", "bytes out", "rel.err");

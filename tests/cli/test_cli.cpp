@@ -200,7 +200,7 @@ TEST_CASE("run, chat, perplexity and bench on the real model", "[cli][real_model
 }
 
 TEST_CASE("every command prints its own usage for --help and for a wrong argument", "[cli]") {
-  for (const char* command : {"run", "chat", "perplexity", "bench", "batched-bench", "logits", "tokenize", "info", "quantize"}) {
+  for (const char* command : {"run", "chat", "perplexity", "bench", "batched-bench", "logits", "tokenize", "info", "quantize", "convert"}) {
     INFO("ember " << command);
     for (const char* flag : {"--help", "-h"}) {
       const Run help = run_cli(std::string(command) + " " + flag);
@@ -312,6 +312,38 @@ TEST_CASE("llama.cpp's spellings are accepted where they mean the same", "[cli][
   CHECK(ngl.code == 0);
   CHECK_THAT(ngl.out, Catch::Matchers::Contains("-ngl 99 is ignored"));
   CHECK(run_cli(run + prompt + "-ngl lots").code == 2);
+}
+
+TEST_CASE("ember convert: argument errors exit with 2, failures with 1, success writes the file", "[cli]") {
+  const std::string dir = quote(ember::test::data_dir() / "hf" / "qwen2");
+  const std::string out = "/tmp/ember_cli_convert_out.gguf";
+  std::filesystem::remove(out);
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"convert", "DIR and OUT are required"},
+           {"convert " + dir, "DIR and OUT are required"},
+           {"convert " + dir + " " + out + " --type q8_0", "unknown --type 'q8_0'"},
+           {"convert " + dir + " " + out + " extra", "DIR and OUT are required"}}) {
+    INFO("ember " << args);
+    const Run r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(message) != std::string::npos);
+  }
+  const Run missing = run_cli("convert /nonexistent-dir " + out);
+  CHECK(missing.code == 1);
+  CHECK(missing.out.find("is not a directory") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out));
+  const Run ok = run_cli("convert " + dir + " " + out + " --type f16");
+  CHECK(ok.code == 0);
+  CHECK(ok.out.find("(Qwen2ForCausalLM)") != std::string::npos);
+  CHECK(ok.out.find("matrices F16, 606 tokens") != std::string::npos);
+  CHECK(std::filesystem::exists(out));
+  std::filesystem::remove(out);
+  // quantize takes the folder and says so.
+  const Run q = run_cli("quantize " + dir + " " + out + " --type Q8_0");
+  CHECK(q.code == 0);
+  CHECK(q.out.find("input: the Hugging Face checkpoint") != std::string::npos);
+  CHECK(std::filesystem::exists(out));
+  std::filesystem::remove(out);
 }
 
 TEST_CASE("ember quantize: argument errors exit with 2, failures with 1, success writes the file", "[cli]") {
