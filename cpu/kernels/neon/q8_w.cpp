@@ -38,29 +38,17 @@ struct StepQ8W {
 };
 
 #if defined(__ARM_FEATURE_MATMUL_INT8)
-struct MmlaQ8W {
-  static constexpr int kStep = quant::kQK;
-  struct Act {
-    Pair32 y;
-    float32x4_t d;   // per_token
-  };
-  struct Wt {
-    Pair32 q;
-    float32x4_t d;   // per_row
-  };
+// Q8_W rows are stored as Q8_0's, so the pair loads are MmlaQ8_0's; only the sums differ:
+// int32 to the end of the row, then one scale.
+struct Q8WRows {
+  static WtCodes load(const std::byte* row, int64_t s) { return StepQ8W::load_w(row, s); }
+};
+struct MmlaQ8W : MmlaQ8_0<Q8WRows> {
   struct Acc {
     int32x4_t v;
     float32x4_t scale;
   };
   static Acc zero() { return {vdupq_n_s32(0), vdupq_n_f32(0.0f)}; }
-  static Act load_act(const std::byte* a, size_t row_bytes, int64_t s) {
-    const ActQ8_0 t0 = ActQ8_0::load(a, s), t1 = ActQ8_0::load(a + row_bytes, s);
-    return {interleave(t0.y0, t0.y1, t1.y0, t1.y1), per_token(t0.d, t1.d)};
-  }
-  static Wt load_w(const std::byte* w, size_t row_bytes, int64_t s) {
-    const WtCodes r0 = StepQ8W::load_w(w, s), r1 = StepQ8W::load_w(w + row_bytes, s);
-    return {interleave(r0.q0, r0.q1, r1.q0, r1.q1), per_row(r0.d, r1.d)};
-  }
   static void madd(Acc& acc, const Wt& w, const Act& a) {
     acc.v = vaddq_s32(acc.v, mmla32(w.q, a.y));
     acc.scale = vmulq_f32(w.d, a.d);
