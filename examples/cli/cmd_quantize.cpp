@@ -86,9 +86,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     if (args.has("--smooth-alpha")) {
       const std::string a = args.get("--smooth-alpha");
       char* e = nullptr;
-      options.smooth_alpha = std::strtod(a.c_str(), &e);
-      if (*e != '\0' || !(options.smooth_alpha >= 0 && options.smooth_alpha <= 1))
-        throw UsageError(fmt::format("--smooth-alpha must be in [0, 1], got '{}'", a));
+      options.smooth_alpha = a == "auto" ? QuantizeOptions::smooth_alpha_search : std::strtod(a.c_str(), &e);
+      if (a != "auto" && (*e != '\0' || !(options.smooth_alpha >= 0 && options.smooth_alpha <= 1)))
+        throw UsageError(fmt::format("--smooth-alpha must be in [0, 1] or auto, got '{}'", a));
     }
     if (!args.has("--calib")) throw UsageError(fmt::format("--method {} needs --calib FILE", method));
     if (method != "gptq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
@@ -151,11 +151,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
       throw UsageError(fmt::format("--bpw must be bits per weight in (0, 32], got '{}'", v));
   }
   if (options.budget_bytes > 0 || options.target_bpw > 0 || options.method != QuantMethod::rtn || args.has("--sensitivity")) {
-    options.on_search = [](const SearchProgress& p) {
+    const bool smooth = options.method == QuantMethod::smoothquant;
+    options.on_search = [smooth](const SearchProgress& p) {
       const std::string_view phase(p.phase);
       std::fprintf(stderr, "\rember quantize: %s %lld/%lld",
                    phase == "kl"    ? "KL sensitivity (one tensor quantized), tensor"
                    : phase == "mix" ? "sensitivity of tensor"
+                   : smooth         ? "SmoothQuant scales, group"
                                     : "AWQ scale search, group",
                    static_cast<long long>(p.group), static_cast<long long>(p.groups));
       if (p.group == p.groups) std::fprintf(stderr, "\n");
@@ -218,7 +220,12 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::string& out = positional[1];
   options.on_tensor = [](const QuantizeProgress& p) {
     const QuantizedTensor& t = *p.tensor;
-    const std::string awq = (t.awq ? fmt::format(" (awq alpha {:.2f}{})", t.awq_alpha,
+    const std::string awq = (t.awq ? fmt::format(" ({} alpha {:.2f}{})",
+                                                  t.smooth_statistic.empty() ? "awq"
+                                                  : t.smooth_statistic == "none"
+                                                      ? "smoothquant: none,"
+                                                      : "smoothquant " + t.smooth_statistic + ",",
+                                                  t.awq_alpha,
                                                   t.quantized && t.awq_clipped > 0
                                                       ? fmt::format(", {:.0f}% of blocks clipped", 100.0 * t.awq_clipped)
                                                       : "")

@@ -100,7 +100,8 @@ speculative decoding (lossless: the same tokens as without it):
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE);
                          smoothquant: SmoothQuant's fixed-alpha scales folded the same way, which
                          move activation outliers into the weights (for TYPE Q8_W, W8A8)
-  --smooth-alpha A       SmoothQuant's migration strength in [0, 1] (default 0.5)
+  --smooth-alpha A|auto  SmoothQuant's migration strength in [0, 1] (default 0.5); auto: per group,
+                         alpha and the statistic (max |x| or rms) of the smallest W8A8 output error
   --calib FILE           the calibration text (gptq, awq, --budget/--bpw, --sensitivity kl); without
                          --eval its last 10 % (at least one --eval-ctx chunk) is held out for the gate
   --samples N            calibration windows (default 512; fewer when the text is short)

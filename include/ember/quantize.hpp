@@ -74,6 +74,7 @@ struct QuantizedTensor {
   bool gptq = false;              // quantized by GPTQ (else round-to-nearest)
   bool awq = false;               // AWQ: quantized after scaling its columns, or a norm weight divided by the scales
   double awq_alpha = 0;           // AWQ: the exponent chosen (0: the scales are 1, round-to-nearest)
+  std::string smooth_statistic{}; // SmoothQuant: the activation statistic of the scales ("rms", "max", "none")
   double awq_clipped = 0;         // AWQ's clipping search: share of the blocks whose range was clipped
   bool fallback = false;          // rows not a multiple of the chosen type's block: a wider type was used
   uint64_t bytes_in = 0;          // data bytes in the input
@@ -134,8 +135,12 @@ struct QuantizeOptions {
   // AWQ's clipping search after the scales (awq only; docs/quantization.md): per block of
   // Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_G*, the clamp ratio of smallest output error. On by default.
   bool awq_clip = true;
-  // SmoothQuant's migration strength alpha in [0, 1] (smoothquant only; the paper's default 0.5).
+  // SmoothQuant's migration strength alpha in [0, 1] (smoothquant only; the paper's default
+  // 0.5), or negative (smooth_alpha_search): per group of projections, alpha in
+  // {0.05, ..., 1} and the activation statistic (max |x| or rms), or no smoothing, searched
+  // for the smallest W8A8 output error on 256 kept calibration rows (docs/quantization.md).
   double smooth_alpha = 0.5;
+  static constexpr double smooth_alpha_search = -1.0;
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
   std::function<void(const SearchProgress&)> on_search;            // optional (awq, mix, kl)
   // --sensitivity kl (docs/quantization.md): measured before mixing, for every quantized

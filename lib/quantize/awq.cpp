@@ -1,6 +1,7 @@
 // AWQ scale search and the per-layer plan (awq.hpp).
 #include "quantize/awq.hpp"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,6 +29,90 @@ std::vector<float> scales_for(const std::vector<double>& rms, double alpha) {
   for (size_t c = 0; c < rms.size(); ++c) out[c] = float(s[c] / norm);
   return out;
 }
+
+// SmoothQuant's s_c = a_c^alpha / w_c^(1 - alpha), divided by sqrt(max s * min s); dead
+// channels (a_c or w_c below a millionth of the largest) lifted to that floor.
+std::vector<float> smooth_scales(const std::vector<double>& a, const std::vector<double>& wmax, double alpha) {
+  const size_t cols = a.size();
+  const double wtop = *std::max_element(wmax.begin(), wmax.end());
+  const double atop = *std::max_element(a.begin(), a.end());
+  const double wfloor = wtop > 0 ? wtop * 1e-6 : 1.0, afloor = atop > 0 ? atop * 1e-6 : 1.0;
+  std::vector<double> log_s(cols);
+  for (size_t c = 0; c < cols; ++c)
+    log_s[c] = alpha * std::log(std::max(a[c], afloor)) - (1.0 - alpha) * std::log(std::max(wmax[c], wfloor));
+  const auto [lo, hi] = std::minmax_element(log_s.begin(), log_s.end());
+  const double mid = 0.5 * (*lo + *hi);
+  std::vector<float> scales(cols);
+  for (size_t c = 0; c < cols; ++c) scales[c] = float(std::exp(log_s[c] - mid));
+  return scales;
+}
+
+// The W8A8 output error of a group for column scales s (AwqOptions::smooth_search): the
+// kept input rows X and the searched weight rows W, the exact products X W^T computed
+// once; per candidate, X / s and W * s go through the quantizers a reader uses.
+class W8A8Error {
+ public:
+  using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  W8A8Error(std::span<const AwqMatrix> group, const std::vector<std::vector<int64_t>>& rows, const Hessian& h)
+      : group_(group), rows_(rows), cols_(h.cols),
+        x_(Eigen::Map<const RowMajorF>(h.kept.data(), h.n_kept, h.cols)) {
+    for (size_t g = 0; g < group.size(); ++g) {
+      const RowMajorF w = weights(g, {});
+      exact_.push_back(x_.cast<double>() * w.cast<double>().transpose());
+    }
+  }
+
+  double error(const std::vector<float>& s) const {
+    double total = 0;
+    for (size_t g = 0; g < group_.size(); ++g) {
+      const RowMajorF w = quantized(weights(g, s), group_[g].type, true);
+      RowMajorF x = x_;
+      for (int64_t i = 0; i < x.rows(); ++i)
+        for (int64_t c = 0; c < cols_; ++c) x(i, c) /= s[size_t(c)];
+      const quant::DType act = quant::activation_type(group_[g].type);
+      if (quant::type_info(act).block_elems > 1) x = quantized(std::move(x), act, false);
+      const Eigen::MatrixXd y = x.cast<double>() * w.cast<double>().transpose();
+      total += (y - exact_[g]).squaredNorm();
+    }
+    return total;
+  }
+
+ private:
+  // The searched rows of matrix g, row scales applied, times s (empty: 1).
+  RowMajorF weights(size_t g, std::span<const float> s) const {
+    const AwqMatrix& m = group_[g];
+    const std::vector<int64_t>& rows = rows_[g];
+    RowMajorF w(int64_t(rows.size()), cols_);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const float rs = m.row_scale ? m.row_scale[rows[i]] : 1.0f;
+      for (int64_t c = 0; c < cols_; ++c)
+        w(int64_t(i), c) = rs * m.weights[rows[i] * cols_ + c] * (s.empty() ? 1.0f : s[size_t(c)]);
+    }
+    return w;
+  }
+
+  // Each row quantized to `type` (as a file's weights, or as the matmul's activations)
+  // and dequantized.
+  static RowMajorF quantized(RowMajorF v, quant::DType type, bool weight) {
+    std::vector<std::byte> q(quant::row_bytes(type, v.cols()));
+    for (int64_t i = 0; i < v.rows(); ++i) {
+      float* row = v.data() + i * v.cols();
+      if (weight)
+        quantize_values(type, row, q.data(), v.cols());
+      else
+        quant::quantize_row(type, row, q.data(), v.cols());
+      quant::dequantize_row(type, q.data(), row, v.cols());
+    }
+    return v;
+  }
+
+  std::span<const AwqMatrix> group_;
+  const std::vector<std::vector<int64_t>>& rows_;
+  int64_t cols_;
+  RowMajorF x_;
+  std::vector<Eigen::MatrixXd> exact_;
+};
 
 }  // namespace
 
@@ -104,8 +189,9 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
   std::vector<std::vector<int64_t>> rows;
   for (const AwqMatrix& m : group) rows.push_back(sample_rows(m.rows, options.search_rows));
 
-  if (options.smooth_alpha >= 0) {
-    require(options.smooth_alpha <= 1, "quantize: the SmoothQuant alpha is {}, must be in [0, 1]", options.smooth_alpha);
+  if (options.smooth_alpha >= 0 || options.smooth_search) {
+    require(options.smooth_search || options.smooth_alpha <= 1, "quantize: the SmoothQuant alpha is {}, must be in [0, 1]",
+            options.smooth_alpha);
     std::vector<double> wmax(static_cast<size_t>(cols), 0.0);
     for (const AwqMatrix& m : group)
       for (int64_t r = 0; r < m.rows; ++r) {
@@ -113,26 +199,51 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
         for (int64_t c = 0; c < cols; ++c)
           wmax[size_t(c)] = std::max(wmax[size_t(c)], rs * std::fabs(double(m.weights[r * cols + c])));
       }
-    const double wtop = *std::max_element(wmax.begin(), wmax.end());
-    const double atop = *std::max_element(rms.begin(), rms.end());
-    const double wfloor = wtop > 0 ? wtop * 1e-6 : 1.0, afloor = atop > 0 ? atop * 1e-6 : 1.0;
-    const double alpha = options.smooth_alpha;
-    std::vector<double> log_s(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c)
-      log_s[size_t(c)] = alpha * std::log(std::max(rms[size_t(c)], afloor)) -
-                         (1.0 - alpha) * std::log(std::max(wmax[size_t(c)], wfloor));
-    const auto [lo, hi] = std::minmax_element(log_s.begin(), log_s.end());
-    const double mid = 0.5 * (*lo + *hi);   // divided by sqrt(max s * min s)
-    std::vector<float> scales(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) scales[size_t(c)] = float(std::exp(log_s[size_t(c)] - mid));
-    AwqChoice choice;
-    choice.alpha = alpha;
-    choice.scales = std::move(scales);
     const std::vector<float> ones(size_t(cols), 1.0f);
-    for (size_t g = 0; g < group.size(); ++g) {
-      choice.loss += loss_of.error(group[g], choice.scales, rows[g]);
-      choice.loss_rtn += loss_of.error(group[g], ones, rows[g]);
+    AwqChoice choice;
+    if (!options.smooth_search) {
+      choice.alpha = options.smooth_alpha;
+      choice.scales = smooth_scales(rms, wmax, options.smooth_alpha);
+      for (size_t g = 0; g < group.size(); ++g) {
+        choice.loss += loss_of.error(group[g], choice.scales, rows[g]);
+        choice.loss_rtn += loss_of.error(group[g], ones, rows[g]);
+      }
+      return choice;
     }
+    require(h.n_kept > 0 && int64_t(h.kept.size()) == h.n_kept * cols && int64_t(h.abs_max.size()) == cols,
+            "quantize: the SmoothQuant search needs the calibration's kept input rows");
+    std::vector<double> amax(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) amax[size_t(c)] = h.abs_max[size_t(c)];
+    // Candidates: none, then (rms, alpha), (max, alpha) for alpha = k / 20, k = 1 .. 20.
+    constexpr int kSteps = 20;
+    const int n_candidates = 1 + 2 * kSteps;
+    const auto candidate = [&](int i, const char** stat, double* alpha) -> std::vector<float> {
+      if (i == 0) {
+        *stat = "none";
+        *alpha = 0;
+        return ones;
+      }
+      const bool use_max = i > kSteps;
+      *stat = use_max ? "max" : "rms";
+      *alpha = double(use_max ? i - kSteps : i) / kSteps;
+      return smooth_scales(use_max ? amax : rms, wmax, *alpha);
+    };
+    const W8A8Error w8a8(group, rows, h);
+    std::vector<double> losses(static_cast<size_t>(n_candidates));
+    const int n_threads = std::min(options.threads, n_candidates);
+    run_parallel(n_threads, [&](int t) {
+      for (int i = t; i < n_candidates; i += n_threads) {
+        const char* stat = nullptr;
+        double alpha = 0;
+        losses[size_t(i)] = w8a8.error(candidate(i, &stat, &alpha));
+      }
+    });
+    int best = 0;
+    for (int i = 1; i < n_candidates; ++i)
+      if (losses[size_t(i)] < losses[size_t(best)]) best = i;
+    choice.scales = candidate(best, &choice.statistic, &choice.alpha);
+    choice.loss = losses[size_t(best)];
+    choice.loss_rtn = losses[0];
     return choice;
   }
 
@@ -199,6 +310,8 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
     return ok ? t : nullptr;
   };
 
+  const bool smooth = options.smooth_alpha >= 0 || options.smooth_search;
+  const auto statistic = [&](const AwqChoice& c) { return smooth ? c.statistic : ""; };
   const int64_t total = 3 * n_layer;
   int64_t done = 0;
   const auto step = [&] {
@@ -217,7 +330,7 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       AwqChoice c = awq_choose_scales(std::span(&m, 1), *calibration.hessians.at(std::string(down->name)), options);
       up_rows.resize(c.scales.size());
       for (size_t i = 0; i < up_rows.size(); ++i) up_rows[i] = 1.0f / c.scales[i];
-      plan.transforms[std::string(down->name)] = {.col_scale = std::move(c.scales), .row_scale = {}, .alpha = c.alpha, .clip = {}};
+      plan.transforms[std::string(down->name)] = {.col_scale = std::move(c.scales), .row_scale = {}, .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
     } else {
       plan.skipped.push_back(p + "ffn_down: no separate ffn_gate/ffn_up with calibration data to fold into");
     }
@@ -235,9 +348,10 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
       plan.folded[std::string(ffn_norm->name)] = std::move(n);
       plan.folded_alpha[std::string(ffn_norm->name)] = c.alpha;
-      plan.transforms[std::string(gate->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .clip = {}};
+      plan.folded_statistic[std::string(ffn_norm->name)] = statistic(c);
+      plan.transforms[std::string(gate->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
       plan.transforms[std::string(up->name)] = {.col_scale = std::move(c.scales), .row_scale = std::move(up_rows),
-                                                .alpha = c.alpha, .clip = {}};
+                                                .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
     } else {
       if (!up_rows.empty()) {   // the down scales still need a home: ffn_up alone keeps them
         plan.transforms[std::string(up->name)] = {.col_scale = std::vector<float>(size_t(up->cols()), 1.0f),
@@ -261,14 +375,15 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
       plan.folded[std::string(attn_norm->name)] = std::move(n);
       plan.folded_alpha[std::string(attn_norm->name)] = c.alpha;
-      for (const gguf::TensorInfo* t : {q, k, v}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .clip = {}};
+      plan.folded_statistic[std::string(attn_norm->name)] = statistic(c);
+      for (const gguf::TensorInfo* t : {q, k, v}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
     } else {
       plan.skipped.push_back(p + "attn_q/k/v: no attn_norm or calibration data");
     }
     step();
   }
   // The clipping search runs when each tensor is written (quantize_model), with its input's H.
-  if (options.clip && options.smooth_alpha < 0)
+  if (options.clip && !smooth)
     for (auto& [name, t] : plan.transforms)
       if (const auto h = calibration.hessians.find(name); h != calibration.hessians.end()) t.clip = h->second;
   return plan;

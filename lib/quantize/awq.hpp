@@ -48,6 +48,14 @@ struct AwqOptions {
   // moves the activation outliers of channel c into the weights, for W8A8 (Q8_W), whose
   // activations are quantized too. a_c is the channel's rms, as for AWQ (the paper: max |x|).
   double smooth_alpha = -1;
+  // SmoothQuant with a search instead of a fixed alpha (smooth_alpha is then ignored): per
+  // group, the statistic a_c (max |x|, the paper's, or the rms) and alpha in
+  // {0.05, 0.10, ..., 1} are chosen, or no smoothing at all, for the smallest W8A8 output
+  // error on the calibration rows the Hessian kept (Hessian::kept),
+  //   loss = sum over kept rows x and searched weight rows w of (x_hat . w_hat - x . w)^2,
+  // x_hat = x / s quantized as the matmul quantizes activations for the weight's type
+  // (per token for Q8_W), w_hat = w * s quantized to that type (both dequantized).
+  bool smooth_search = false;
   int grid = 20;                  // alpha in {0, 1/grid, ..., (grid-1)/grid}
   int64_t search_rows = 256;      // rows of each matrix the loss is evaluated on
   int threads = 1;                // candidates are spread over threads
@@ -56,6 +64,7 @@ struct AwqOptions {
 
 struct AwqChoice {
   double alpha = 0;
+  const char* statistic = "rms";      // SmoothQuant: the a_c used ("rms", "max"; "none": no smoothing)
   std::vector<float> scales;          // [cols], s_c for the chosen alpha
   double loss = 0, loss_rtn = 0;      // the chosen candidate's and alpha = 0's
 };
@@ -70,6 +79,7 @@ struct AwqTransform {
   std::vector<float> col_scale;       // [cols]
   std::vector<float> row_scale;       // [rows] or empty
   double alpha = 0;
+  const char* statistic = "";          // SmoothQuant's a_c ("rms", "max", "none"); AWQ: ""
   std::shared_ptr<const Hessian> clip;   // the input's H for the clipping search, or null
 };
 
@@ -89,6 +99,7 @@ struct AwqPlan {
   std::map<std::string, AwqTransform> transforms;
   std::map<std::string, std::vector<float>> folded;
   std::map<std::string, double> folded_alpha;
+  std::map<std::string, std::string> folded_statistic;   // SmoothQuant: the group's a_c
   std::vector<std::string> skipped;   // groups left to round-to-nearest, with the reason
 };
 

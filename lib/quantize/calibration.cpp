@@ -2,6 +2,7 @@
 #include "quantize/calibration.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <exception>
@@ -107,11 +108,25 @@ Calibration calibrate(const std::shared_ptr<const gguf::File>& file, const Calib
       acc.hessian = std::make_shared<Hessian>();
       acc.hessian->cols = cols;
       acc.hessian->h.assign(size_t(cols * cols), 0.0);
+      acc.hessian->abs_max.assign(size_t(cols), 0.0f);
       for (std::string_view name : names) result.hessians[fmt::format("blk.{}.{}.weight", layer, name)] = acc.hessian;
     }
     rows.resize(size_t(n * cols));
     be->download(input, rows.data());
     const Eigen::Map<const RowMajorF> x(rows.data(), n, cols);
+    float* amax = acc.hessian->abs_max.data();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < cols; ++j) amax[j] = std::max(amax[j], std::fabs(rows[size_t(i * cols + j)]));
+    if (settings.keep_rows > 0 && n > 1) {
+      // Evenly spaced rows after the first (BOS), this sample's share of keep_rows.
+      const int64_t quota = std::min({std::max<int64_t>(1, settings.keep_rows / samples), n - 1,
+                                      settings.keep_rows - acc.hessian->n_kept});
+      for (int64_t k = 0; k < quota; ++k) {
+        const int64_t i = 1 + k * (n - 1) / quota;
+        acc.hessian->kept.insert(acc.hessian->kept.end(), rows.begin() + i * cols, rows.begin() + (i + 1) * cols);
+        ++acc.hessian->n_kept;
+      }
+    }
     RowMajorF& sample = scratch[cols];
     if (sample.rows() != cols) sample.resize(cols, cols);
     // Rows [a, b) of the lower triangle (columns [0, b)) at a time, in fixed bands of 64

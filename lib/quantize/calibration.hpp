@@ -26,6 +26,10 @@ struct CalibrationSettings {
   int64_t sample_tokens = 512;    // tokens per window, >= 2
   int threads = 1;                // CPU backend threads
   int64_t max_tokens = -1;        // read only the text's first max_tokens tokens (-1: all; the gate's held-out tail follows)
+  // Input rows kept per group (Hessian::kept) for searches that need the activations
+  // themselves, not only H (SmoothQuant's search: W8A8 quantizes them). 0: none. Taken
+  // evenly from every sample, at most max(1, keep_rows / samples) per sample, BOS skipped.
+  int64_t keep_rows = 0;
   std::function<void(int64_t done, int64_t total)> on_sample;   // after each window
 };
 
@@ -33,6 +37,9 @@ struct Hessian {
   int64_t cols = 0;               // the input width
   std::vector<double> h;          // [cols][cols], symmetric
   int64_t rows_seen = 0;          // input rows summed
+  std::vector<float> abs_max;     // [cols], the largest |x| seen on each channel
+  std::vector<float> kept;        // [n_kept][cols], input rows kept (CalibrationSettings::keep_rows)
+  int64_t n_kept = 0;
 };
 
 struct Calibration {

@@ -268,8 +268,8 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
   if (gptq || awq) {
     const char* method = gptq ? "gptq" : smooth ? "smoothquant" : "awq";
     if (smooth)
-      require(options.smooth_alpha >= 0 && options.smooth_alpha <= 1,
-              "quantize: smooth_alpha is {}, must be in [0, 1]", options.smooth_alpha);
+      require(options.smooth_alpha <= 1 && !std::isnan(options.smooth_alpha),
+              "quantize: smooth_alpha is {}, must be in [0, 1] (or negative: searched)", options.smooth_alpha);
     if (gptq && !quantize::gptq_can_write(recipe.base))
       fail(ErrorCode::unsupported,
            "quantize: --method gptq writes the GGUF block types and Q4_G128 / Q4_G64, not {}",
@@ -399,6 +399,7 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
                    .sample_tokens = options.sample_tokens,
                    .threads = options.threads,
                    .max_tokens = calib_limit,
+                   .keep_rows = smooth && options.smooth_alpha < 0 ? 256 : 0,
                    .on_sample = [&](int64_t done, int64_t total) {
                      if (options.on_calibration) options.on_calibration({.sample = done, .samples = total});
                    }});
@@ -452,7 +453,8 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
   }
   if (awq) {
     awq_plan = quantize::awq_plan(file, plans, calibration,
-                                  {.smooth_alpha = smooth ? options.smooth_alpha : -1.0, .threads = options.threads,
+                                  {.smooth_alpha = smooth ? std::max(0.0, options.smooth_alpha) : -1.0,
+                                   .smooth_search = smooth && options.smooth_alpha < 0, .threads = options.threads,
                                    .clip = options.awq_clip},
                                   [&](int64_t done, int64_t total) {
                                     if (options.on_search) options.on_search({.group = done, .groups = total, .phase = "awq"});
@@ -506,6 +508,7 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
       q.type_out = quant::type_name(DType::f32);
       q.awq = true;
       q.awq_alpha = awq_plan.folded_alpha.at(t.name);
+      q.smooth_statistic = awq_plan.folded_statistic.at(t.name);
     } else if (!plan.quantize) {
       w.type = t.type;
       w.bytes = std::span(t.data, t.n_bytes);
@@ -518,6 +521,7 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
       const auto transform = awq_plan.transforms.find(t.name);
       q.awq = transform != awq_plan.transforms.end();
       q.awq_alpha = q.awq ? transform->second.alpha : 0.0;
+      q.smooth_statistic = q.awq ? transform->second.statistic : "";
       quantize_into(k, plan.type, q.gptq);
       q.awq_clipped = w.sums.blocks > 0 ? double(w.sums.clipped) / double(w.sums.blocks) : 0.0;
       q.relative_error = w.sums.norm2 > 0 ? std::sqrt(w.sums.error2 / w.sums.norm2) : 0.0;

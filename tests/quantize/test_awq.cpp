@@ -152,6 +152,65 @@ TEST_CASE("SmoothQuant scales are a_c^alpha / w_c^(1 - alpha) up to one factor",
                ErrorCode::invalid_argument, "must be in [0, 1]");
 }
 
+TEST_CASE("SmoothQuant's search: its loss is the W8A8 error of the kept rows, and no fixed alpha beats it",
+          "[quantize][awq]") {
+  // The kept rows are the calibration inputs themselves (here: every 4th of the case's).
+  Case c = outlier_case();
+  for (int64_t i = 0; i < c.n; i += 4) {
+    c.h.kept.insert(c.h.kept.end(), c.x.begin() + i * c.cols, c.x.begin() + (i + 1) * c.cols);
+    ++c.h.n_kept;
+  }
+  c.h.abs_max.assign(size_t(c.cols), 0.0f);
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t j = 0; j < c.cols; ++j)
+      c.h.abs_max[size_t(j)] = std::max(c.h.abs_max[size_t(j)], std::fabs(c.x[size_t(i * c.cols + j)]));
+  // The direct W8A8 error over the kept rows: the real quantizers and dot product.
+  auto w8a8_error = [&](DType type, const std::vector<float>& s) {
+    const size_t row = ember::quant::row_bytes(type, c.cols);
+    const DType act = ember::quant::activation_type(type);
+    std::vector<float> ws(size_t(c.cols)), xs(size_t(c.cols));
+    std::vector<std::byte> wq(size_t(c.rows) * row), xq(ember::quant::row_bytes(act, c.cols));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t j = 0; j < c.cols; ++j) ws[size_t(j)] = c.w[size_t(r * c.cols + j)] * s[size_t(j)];
+      ember::quantize::quantize_values(type, ws.data(), wq.data() + size_t(r) * row, c.cols);
+    }
+    double e2 = 0;
+    for (int64_t i = 0; i < c.h.n_kept; ++i) {
+      const float* x = c.h.kept.data() + i * c.cols;
+      for (int64_t j = 0; j < c.cols; ++j) xs[size_t(j)] = x[j] / s[size_t(j)];
+      ember::quant::quantize_row(act, xs.data(), xq.data(), c.cols);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double exact = 0;
+        for (int64_t j = 0; j < c.cols; ++j) exact += double(c.w[size_t(r * c.cols + j)]) * x[j];
+        const double got = ember::quant::dot_row(type, wq.data() + size_t(r) * row, xq.data(), c.cols);
+        e2 += (got - exact) * (got - exact);
+      }
+    }
+    return e2;
+  };
+  for (DType type : {DType::q8_w, DType::q8_0}) {
+    INFO(ember::quant::type_name(type));
+    const ember::quantize::AwqMatrix m{.weights = c.w.data(), .rows = c.rows, .cols = c.cols, .type = type};
+    const ember::quantize::AwqChoice searched = ember::quantize::awq_choose_scales(
+        std::span(&m, 1), c.h, {.smooth_search = true, .search_rows = 1000, .threads = 2});
+    INFO("chose " << searched.statistic << " alpha " << searched.alpha);
+    const double direct = w8a8_error(type, searched.scales);
+    CHECK(searched.loss == Approx(direct).epsilon(1e-3));
+    CHECK(searched.loss_rtn == Approx(w8a8_error(type, std::vector<float>(size_t(c.cols), 1.0f))).epsilon(1e-3));
+    CHECK(searched.loss < 0.7 * searched.loss_rtn);
+    // Every fixed alpha (the rms statistic) is a candidate of the search: none is better.
+    for (double alpha : {0.25, 0.5, 0.75}) {
+      const auto fixed = ember::quantize::awq_choose_scales(std::span(&m, 1), c.h, {.smooth_alpha = alpha});
+      CHECK(direct <= w8a8_error(type, fixed.scales) * (1 + 1e-6));
+    }
+  }
+  // Without kept rows the search cannot run.
+  Case bare = outlier_case();
+  const ember::quantize::AwqMatrix m{.weights = bare.w.data(), .rows = bare.rows, .cols = bare.cols, .type = DType::q8_w};
+  expect_error([&] { (void)ember::quantize::awq_choose_scales(std::span(&m, 1), bare.h, {.smooth_search = true}); },
+               ErrorCode::invalid_argument, "kept input rows");
+}
+
 TEST_CASE("AWQ's clipping search: no block's loss rises, and heavy-tailed weights lose output error",
           "[quantize][awq]") {
   Case c = outlier_case();
@@ -363,6 +422,41 @@ TEST_CASE("quantize --method awq clips the blocks of Q4_0 projections; awq_clip 
   for (size_t i = 0; i < fa.tensors().size(); ++i)
     differ += std::memcmp(fa.tensors()[i].data, fb.tensors()[i].data, fa.tensors()[i].n_bytes) != 0;
   CHECK(differ == size_t(with_clipped));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("quantize --method smoothquant --smooth-alpha auto: a choice per group, reported, no worse than alpha 0.5",
+          "[quantize][awq]") {
+  EMBER_SKIP_IF_MISSING(llama_f16());
+  const fs::path dir = scratch("smooth");
+  write_text(dir / "calib.txt", 60);
+  ember::QuantizeOptions options = awq_options(dir / "calib.txt", ember::QuantRecipe::q8_w);
+  options.method = ember::QuantMethod::smoothquant;
+  const ember::QuantizeReport fixed = ember::quantize_model(llama_f16().string(), (dir / "fixed.gguf").string(), options);
+  options.smooth_alpha = ember::QuantizeOptions::smooth_alpha_search;
+  const ember::QuantizeReport searched =
+      ember::quantize_model(llama_f16().string(), (dir / "searched.gguf").string(), options);
+  int64_t reported = 0;
+  for (const ember::QuantizedTensor& t : searched.tensors) {
+    INFO(t.name);
+    if (!t.awq) continue;
+    ++reported;
+    const bool known = t.smooth_statistic == "rms" || t.smooth_statistic == "max" || t.smooth_statistic == "none";
+    CHECK(known);
+    CHECK(t.awq_alpha >= 0.0);
+    CHECK(t.awq_alpha <= 1.0);
+  }
+  CHECK(reported > 0);
+  for (const ember::QuantizedTensor& t : fixed.tensors)
+    if (t.awq) CHECK(t.smooth_statistic == "rms");
+  // The searched file is at least about as close to the source as the fixed alpha's.
+  auto model = ember::Model::load(llama_f16().string(), two_threads());
+  const std::vector<int32_t> ids = model->tokenize("The harbour master logged the ships and the weather station", true);
+  const std::vector<float> ref = logits_of(llama_f16(), ids);
+  const double e_fixed = rms_diff(logits_of(dir / "fixed.gguf", ids), ref);
+  const double e_searched = rms_diff(logits_of(dir / "searched.gguf", ids), ref);
+  INFO("logit rms error: alpha 0.5 " << e_fixed << ", searched " << e_searched);
+  CHECK(e_searched < 1.1 * e_fixed);
   fs::remove_all(dir);
 }
 
