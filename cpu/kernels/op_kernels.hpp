@@ -77,6 +77,9 @@ struct OpKernels {
   // axpy_f16 does, so the sums are the same bits. nullptr: axpy_f16 row by row.
   void (*pv_lanes_f16)(const float* w, int ldw, int group, const uint16_t* const* rows, const int32_t* lane, int n,
                        int c0, int cols, int lanes, float* part);
+  // The slice width pv_lanes_f16 is called with (a multiple of 16 dividing head_dim,
+  // else 16): 16 keeps the AVX2 loop's partials in L1, AVX-512 holds 64 in registers.
+  int pv_lanes_cols = 16;
   // The lanes64 and lanes16 dot products (cpu/ops/levels/lanes16.hpp; lanes16: n a
   // multiple of 16) and the lanes16 GEMM C[m][n] = A[m][k] . B[n][k] (k a multiple of 16).
   float (*dot64_f16)(const float* q, const uint16_t* k, int n);

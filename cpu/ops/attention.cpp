@@ -93,8 +93,17 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
   const std::byte* q_base = q.row_ptr(0);
   std::byte* out_base = out.row_ptr(0);
 
-  const int64_t n_items = int64_t(tokens.size()) * p.n_head_kv;
   TokenScores token_scores(p, tab.token_seq, tab.seq_cells, tokens);  // score_acc partials
+  // Items: (token, kv head, part of the group's query heads). With fewer (token, kv head)
+  // pairs than threads (decode with one kv head, as Gemma 3 has) the group's heads are
+  // cut into parts so that every thread works; each head's sums are the same whichever
+  // part computes them. Not with score_acc: its partial row sums over the whole group.
+  const int64_t pairs = int64_t(tokens.size()) * p.n_head_kv;
+  const int parts = token_scores.row(0) != nullptr || pairs >= ctx.pool.size()
+                        ? 1
+                        : int(std::min<int64_t>(group, (ctx.pool.size() + pairs - 1) / pairs));
+  const int part_heads = (group + parts - 1) / parts;
+  const int64_t n_items = pairs * parts;
   ctx.pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> slots, cells, kv_pos;  // of the visible cells, by increasing position
     std::vector<std::pair<int32_t, int32_t>> by_pos;  // (position, cell)
@@ -105,8 +114,12 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
     std::vector<uint16_t> halves;
     std::vector<float> key;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = tokens[size_t(item / p.n_head_kv)];
-      const int kv_head = int(item % p.n_head_kv);
+      const int64_t pair = item / parts;
+      const int64_t t = tokens[size_t(pair / p.n_head_kv)];
+      const int kv_head = int(pair % p.n_head_kv);
+      // This item's query heads of the group: [h0, h0 + gh).
+      const int h0 = int(item % parts) * part_heads, gh = std::min(group, h0 + part_heads) - h0;
+      if (gh <= 0) continue;
       const int32_t pos = tab.token_pos[t];
       const int32_t seq = tab.token_seq[t];
       // The sums follow the key positions (llama.cpp's cell index for one sequence),
@@ -128,9 +141,10 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
       const auto* q_row = reinterpret_cast<const float*>(q_base + size_t(t) * q.row_stride);
       // Queries of the group, rounded to F16 for an F16 cache (llama.cpp converts them;
       // the level's conversions round as fp32_to_fp16 does).
-      std::copy(q_row + int64_t(kv_head * group) * hd, q_row + int64_t(kv_head * group + group) * hd, queries.begin());
-      if (f16) round_to_f16(kernels, queries.data(), group * hd, halves);
-      scores.resize(size_t(group * n));
+      std::copy(q_row + int64_t(kv_head * group + h0) * hd, q_row + int64_t(kv_head * group + h0 + gh) * hd,
+                queries.begin());
+      if (f16) round_to_f16(kernels, queries.data(), gh * hd, halves);
+      scores.resize(size_t(gh * n));
       // Scores for the whole group, one key row at a time.
       // (An F16 key row is widened once for the whole group: the f32 dot products of the
       // widened row are the F16 ones' bits.)
@@ -139,7 +153,7 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
       for (int64_t j = 0; j < n; ++j) {
         const std::byte* k_row = k_base + size_t(slots[size_t(j)]) * k_cache.row_stride;
         if (widen) kernels.f16_to_f32(reinterpret_cast<const uint16_t*>(k_row) + kv_col, key.data(), hd);
-        for (int g = 0; g < group; ++g) {
+        for (int g = 0; g < gh; ++g) {
           const float* qh = queries.data() + size_t(g) * hd;
           float s;
           if (widen) {
@@ -157,14 +171,14 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
         }
       }
       // Probabilities (rounded to F16 for an F16 cache, as llama.cpp converts them).
-      for (int g = 0; g < group && n > 0; ++g) {
+      for (int g = 0; g < gh && n > 0; ++g) {
         float* s = scores.data() + g * n;
         kernels.exp_row(s, n, *std::max_element(s, s + n));
         const auto inv = float(1.0 / softmax_total(s, kv_pos.data(), n));
         for (int64_t j = 0; j < n; ++j) s[j] *= inv;
         if (f16) round_to_f16(kernels, s, n, halves);
       }
-      if (float* token_row = token_scores.row(size_t(item / p.n_head_kv)))
+      if (float* token_row = token_scores.row(size_t(pair / p.n_head_kv)))  // parts == 1
         add_group_scores(token_row, p.n_head_kv, kv_head, scores.data(), cells.data(), n, group);
       // Keys at positions below `split` go to lane position % pv_lanes; lanes64 adds
       // the keys from split on (llama.cpp's KV length for one sequence, pos + 1
@@ -185,24 +199,25 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
           rows_f16[size_t(r)] = reinterpret_cast<const uint16_t*>(v_base + size_t(slots[size_t(r)]) * v_cache.row_stride) + kv_col;
           lanes[size_t(r)] = int32_t(kv_pos[size_t(r)] & (pv_lanes - 1));  // positions >= 0
         }
-        part.resize(size_t(kSliceHeads) * pv_lanes * kSliceCols);
-        for (int g0 = 0; g0 < group; g0 += kSliceHeads) {
-          const int gn = std::min(kSliceHeads, group - g0);
-          for (int c0 = 0; c0 < hd; c0 += kSliceCols) {
-            std::fill(part.begin(), part.begin() + int64_t(gn) * pv_lanes * kSliceCols, 0.0f);
+        const int cols = kernels.pv_lanes_cols > 0 && hd % kernels.pv_lanes_cols == 0 ? kernels.pv_lanes_cols : kSliceCols;
+        part.resize(size_t(kSliceHeads) * pv_lanes * cols);
+        for (int g0 = 0; g0 < gh; g0 += kSliceHeads) {
+          const int gn = std::min(kSliceHeads, gh - g0);
+          for (int c0 = 0; c0 < hd; c0 += cols) {
+            std::fill(part.begin(), part.begin() + int64_t(gn) * pv_lanes * cols, 0.0f);
             kernels.pv_lanes_f16(scores.data() + size_t(g0) * n, int(n), gn, rows_f16.data(), lanes.data(), int(j), c0,
-                                 kSliceCols, pv_lanes, part.data());
+                                 cols, pv_lanes, part.data());
             for (int g = 0; g < gn; ++g)
-              kernels.reduce_lanes(part.data() + size_t(g) * pv_lanes * kSliceCols, pv_lanes, kSliceCols,
-                                   out_row + int64_t(kv_head * group + g0 + g) * hd + c0);
+              kernels.reduce_lanes(part.data() + size_t(g) * pv_lanes * cols, pv_lanes, cols,
+                                   out_row + int64_t(kv_head * group + h0 + g0 + g) * hd + c0);
           }
         }
       } else if (any_lanes) {
-        part.assign(size_t(group) * pv_lanes * hd, 0.0f);
+        part.assign(size_t(gh) * pv_lanes * hd, 0.0f);
         for (int64_t r = 0; r < j; ++r) {
           const std::byte* v_row = v_base + size_t(slots[size_t(r)]) * v_cache.row_stride;
           const int lane = int(kv_pos[size_t(r)] % pv_lanes);
-          for (int g = 0; g < group; ++g) {
+          for (int g = 0; g < gh; ++g) {
             float* a = part.data() + (size_t(g) * pv_lanes + size_t(lane)) * hd;
             const float w = scores[size_t(g * n + r)];
             if (f16) {
@@ -212,12 +227,12 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
             }
           }
         }
-        for (int g = 0; g < group; ++g)
+        for (int g = 0; g < gh; ++g)
           kernels.reduce_lanes(part.data() + size_t(g) * pv_lanes * hd, pv_lanes, hd,
-                               out_row + int64_t(kv_head * group + g) * hd);
+                               out_row + int64_t(kv_head * group + h0 + g) * hd);
       }
-      for (int g = 0; g < group; ++g) {
-        float* oh = out_row + int64_t(kv_head * group + g) * hd;
+      for (int g = 0; g < gh; ++g) {
+        float* oh = out_row + int64_t(kv_head * group + h0 + g) * hd;
         if (!any_lanes) std::fill(oh, oh + hd, 0.0f);
         if (j == n) continue;
         for (int d = 0; d < hd; ++d) tail[size_t(d)] = oh[d];

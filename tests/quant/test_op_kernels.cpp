@@ -390,8 +390,8 @@ TEST_CASE("op kernels: pv_lanes_f16 gives axpy_f16's bits", "[kernels]") {
     if (k.pv_lanes_f16 == nullptr) continue;
     ++levels_with_it;
     for (const int lanes : {16, 64})
-      for (const int group : {1, 3, 4})
-        for (const int hd : {16, 64, 256})
+      for (const int group : {1, 3, 4, 6})
+        for (const int hd : {16, 64, 96, 256})
           for (const int n : {1, 17, 130}) {
             INFO(cpu::isa_name(isa) << " lanes " << lanes << " group " << group << " head_dim " << hd << " rows " << n);
             const int width = hd + 16;  // rows are slices of wider cache rows
@@ -411,18 +411,22 @@ TEST_CASE("op kernels: pv_lanes_f16 gives axpy_f16's bits", "[kernels]") {
               for (int g = 0; g < group; ++g)
                 k.axpy_f16(want.data() + (size_t(g) * lanes + size_t(lane[size_t(j)])) * hd, w[size_t(g) * n + j],
                            rows[size_t(j)], hd);
-            // Slice by slice of 16 columns.
-            for (int c0 = 0; c0 < hd; c0 += 16) {
-              std::vector<float> part(size_t(group) * lanes * 16, 0.0f);
-              k.pv_lanes_f16(w.data(), n, group, rows.data(), lane.data(), n, c0, 16, lanes, part.data());
-              bool same = true;
-              for (int g = 0; g < group; ++g)
-                for (int l = 0; l < lanes; ++l)
-                  for (int c = 0; c < 16; ++c)
-                    same = same && std::memcmp(&part[(size_t(g) * lanes + size_t(l)) * 16 + size_t(c)],
-                                               &want[(size_t(g) * lanes + size_t(l)) * hd + size_t(c0 + c)],
-                                               sizeof(float)) == 0;
-              CHECK(same);
+            // Slice by slice of `cols` columns (16, the level's own width, and wider).
+            for (const int cols : {16, 32, 48, 64, k.pv_lanes_cols, hd}) {
+              if (cols <= 0 || hd % cols != 0) continue;
+              INFO("slice " << cols);
+              for (int c0 = 0; c0 < hd; c0 += cols) {
+                std::vector<float> part(size_t(group) * lanes * cols, 0.0f);
+                k.pv_lanes_f16(w.data(), n, group, rows.data(), lane.data(), n, c0, cols, lanes, part.data());
+                bool same = true;
+                for (int g = 0; g < group; ++g)
+                  for (int l = 0; l < lanes; ++l)
+                    for (int c = 0; c < cols; ++c)
+                      same = same && std::memcmp(&part[(size_t(g) * lanes + size_t(l)) * cols + size_t(c)],
+                                                 &want[(size_t(g) * lanes + size_t(l)) * hd + size_t(c0 + c)],
+                                                 sizeof(float)) == 0;
+                CHECK(same);
+              }
             }
           }
   }

@@ -124,6 +124,7 @@ op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
 op_signature::PvF16 pv_f16;
 op_signature::ScoresQ8 scores_q8, scores_q4;
 op_signature::PvQ8 pv_q8, pv_q4;
+op_signature::PvLanesF16 pv_lanes_f16;  // attention_rows.cpp
 }  // namespace avx512
 #endif
 
