@@ -52,7 +52,8 @@ constexpr int64_t kQueryBlock = 32;
 // values (64 KiB each for 256 values per row) stay in L2 while every query row of the
 // block uses them.
 constexpr int64_t kTile = 64;
-// Cells per split-K chunk of a lone query token (a multiple of kTile).
+// Cells per split-K chunk of a lone query token (a multiple of kTile; a quarter of it
+// for sliding windows of at most kChunk cells).
 constexpr int64_t kChunk = 512;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -253,17 +254,21 @@ class Flash {
     if (p_.window > 0)
       while (lo < hi && min_pos - sc.pos[size_t(lo)] >= p_.window) ++lo;
     b.lo = lo, b.hi = hi;
-    const bool split = b.tokens.size() == 1 && !want_scores_ && hi - lo > kChunk;
+    // A sliding window of at most kChunk cells (Gemma's local layers: 512) would be one
+    // item, i.e. one thread, for a model with one kv head: its chunks are a quarter as
+    // long. The chunks still depend only on the layer and the cells.
+    const int64_t chunk = p_.window > 0 && p_.window <= kChunk ? kChunk / 4 : kChunk;
+    const bool split = b.tokens.size() == 1 && !want_scores_ && hi - lo > 0 && lo / chunk != (hi - 1) / chunk;
     const auto index = int64_t(blocks_.size());
     if (!split) {
       items_.push_back({index, lo, hi, -1});
     } else {
-      const int64_t first = lo / kChunk, last = (hi - 1) / kChunk;
+      const int64_t first = lo / chunk, last = (hi - 1) / chunk;
       b.n_chunks = last - first + 1;
       b.first_partial = n_partials_;
       n_partials_ += b.n_chunks;
       for (int64_t c = first; c <= last; ++c)
-        items_.push_back({index, std::max(lo, c * kChunk), std::min(hi, (c + 1) * kChunk), b.first_partial + c - first});
+        items_.push_back({index, std::max(lo, c * chunk), std::min(hi, (c + 1) * chunk), b.first_partial + c - first});
     }
     max_rows_ = std::max(max_rows_, int64_t(b.tokens.size()) * group_);
     blocks_.push_back(std::move(b));
