@@ -17,6 +17,9 @@
 //       4 KV heads of 64 values, pages of 16 tokens: TinyLlama's shape), at the best
 //       level; cache types F16, F32, INT8 and INT4 (g32); C = 512 to 32768; N = 1
 //       (decode), 32 and C (a whole prompt)
+//   attention_gemma/<cache type>/ctx:C/tokens:1/threads:T
+//       the same at Gemma 3's shape (4 query heads, 1 KV head of 256 values): decode at
+//       C = 4096 and 16384 (its global layers at depth)
 //
 // Each iteration of matmul uses the next of several copies of the matrix, together
 // larger than the last-level cache, so that weights come from memory as in a real
@@ -27,6 +30,7 @@
 #include <benchmark/benchmark.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -188,10 +192,17 @@ void bench_matmul(benchmark::State& state, DType type, Isa isa, Shape shape, int
 // Like a model's layers, each iteration reads the next of several K/V cache copies,
 // together over kStreamBytes, so that the cache comes from memory. EMBER_BENCH_HOT=1
 // keeps one copy (from the caches when it fits): the kernels' compute speed alone.
-void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, int64_t n_tok) {
+struct AttentionShape {
+  int heads, heads_kv, head_dim;
+};
+constexpr AttentionShape kTinyLlamaAttention{32, 4, 64};
+constexpr AttentionShape kGemmaAttention{4, 1, 256};
+
+void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, int64_t n_tok, AttentionShape shape) {
   const int threads = int(state.range(0));
-  constexpr int kHeads = 32, kHeadsKV = 4, kHeadDim = 64, kPage = 16;
-  const int64_t kv_width = int64_t(kHeadsKV) * kHeadDim;
+  const int n_head = shape.heads, n_head_kv = shape.heads_kv, head_dim = shape.head_dim;
+  constexpr int kPage = 16;
+  const int64_t kv_width = int64_t(n_head_kv) * head_dim;
   const int64_t n_slots = (n_ctx + kPage - 1) / kPage * kPage;
   const size_t row_bytes = ember::quant::row_bytes(cache_type, kv_width);
   const size_t cache_bytes = row_bytes * size_t(n_slots);
@@ -217,9 +228,9 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
       ember::quant::quantize_row(cache_type, row.data(), kv.back().row_ptr(s), kv_width);
     }
   }
-  const HostTensor q = random_f32(n_tok, int64_t(kHeads) * kHeadDim, 5);
-  auto out_buffer = std::make_unique<HostBuffer>(size_t(n_tok * kHeads * kHeadDim) * 4);
-  const Tensor out = ember::backend::make_tensor(*out_buffer, 0, DType::f32, n_tok, int64_t(kHeads) * kHeadDim);
+  const HostTensor q = random_f32(n_tok, int64_t(n_head) * head_dim, 5);
+  auto out_buffer = std::make_unique<HostBuffer>(size_t(n_tok * n_head * head_dim) * 4);
+  const Tensor out = ember::backend::make_tensor(*out_buffer, 0, DType::f32, n_tok, int64_t(n_head) * head_dim);
 
   std::vector<int32_t> token_pos(static_cast<size_t>(n_tok)), token_seq(static_cast<size_t>(n_tok), 0),
       pages(static_cast<size_t>(n_slots / kPage)), cell_pos(static_cast<size_t>(n_ctx));
@@ -230,10 +241,10 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
                    pages_t = i32_tensor(pages, 1, int64_t(pages.size())),
                    cells_t = i32_tensor({int32_t(n_ctx)}, 1, 1), cell_pos_t = i32_tensor(cell_pos, 1, n_ctx);
   ember::backend::AttentionParams params;
-  params.n_head = kHeads;
-  params.n_head_kv = kHeadsKV;
-  params.head_dim = kHeadDim;
-  params.scale = 1.0f / 8.0f;
+  params.n_head = n_head;
+  params.n_head_kv = n_head_kv;
+  params.head_dim = head_dim;
+  params.scale = 1.0f / std::sqrt(float(head_dim));
   params.page_tokens = kPage;
   params.token_pos = pos_t.tensor;
   params.token_seq = seq_t.tensor;
@@ -253,7 +264,7 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
   // Causal: query t sees n_ctx - n_tok + t + 1 cells.
   double visible = 0;
   for (int64_t t = 0; t < n_tok; ++t) visible += double(n_ctx - n_tok + t + 1);
-  report(state, 2.0 * double(cache_bytes), 4.0 * kHeads * kHeadDim * visible);
+  report(state, 2.0 * double(cache_bytes), 4.0 * n_head * head_dim * visible);
 }
 
 void register_all() {
@@ -330,13 +341,25 @@ void register_all() {
         if (n_tok == n_ctx && n_ctx > 4096) continue;
         const std::string name = "attention/" + std::string(ember::quant::type_name(cache_type)) +
                                  "/ctx:" + std::to_string(n_ctx) + "/tokens:" + std::to_string(n_tok);
-        benchmark::RegisterBenchmark(name.c_str(), bench_attention, cache_type, n_ctx, n_tok)
+        benchmark::RegisterBenchmark(name.c_str(), bench_attention, cache_type, n_ctx, n_tok, kTinyLlamaAttention)
             ->Arg(1)
             ->Arg(2)
             ->ArgName("threads")
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }
+    }
+  }
+  for (const DType cache_type : {DType::f16, DType::kv_q8_g32, DType::kv_q4_g32}) {
+    for (const int64_t n_ctx : {4096, 16384}) {
+      const std::string name = "attention_gemma/" + std::string(ember::quant::type_name(cache_type)) +
+                               "/ctx:" + std::to_string(n_ctx) + "/tokens:1";
+      benchmark::RegisterBenchmark(name.c_str(), bench_attention, cache_type, n_ctx, int64_t(1), kGemmaAttention)
+          ->Arg(1)
+          ->Arg(2)
+          ->ArgName("threads")
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     }
   }
 }
