@@ -129,6 +129,8 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
       __m256 d, m = _mm256_setzero_ps();
       if constexpr (kRepacked) {
         const std::byte* rec = w + size_t(block) * R::kBytes;
+        if (j == 0)
+          for (size_t off = 0; off < R::kBytes; off += 64) __builtin_prefetch(rec + kPrefetchAhead + off);
         load_codes_record<C>(rec, q, j);
         d = _mm256_cvtph_ps(load128(rec + R::kD));
         if constexpr (C::kMin) m = _mm256_cvtph_ps(load128(rec + R::kM));

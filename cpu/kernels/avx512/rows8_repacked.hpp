@@ -147,6 +147,10 @@ void rows8_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, s
     for (int64_t g = 0; g < nb / C::kSub; ++g) {
       const std::byte* pa = ra + size_t(g) * R::kBytes;
       const std::byte* pb = rb + size_t(g) * R::kBytes;
+      for (size_t off = 0; off < R::kBytes; off += 64) {
+        __builtin_prefetch(pa + kPrefetchAhead + off);
+        __builtin_prefetch(pb + kPrefetchAhead + off);
+      }
       const __m512 d = halves_fp16(pa + R::kD, pb + R::kD);
       for (int j = 0; j < C::kSub; ++j) {
         const int64_t b = g * C::kSub + j;
