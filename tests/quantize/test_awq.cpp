@@ -10,6 +10,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/catch.hpp"
@@ -346,6 +347,14 @@ double rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(s / double(a.size()));
 }
 
+// The rms logit error of each quantized file against the F16 source on one sentence.
+std::pair<double, double> logit_errors(const fs::path& a, const fs::path& b) {
+  auto model = ember::Model::load(llama_f16().string(), two_threads());
+  const std::vector<int32_t> ids = model->tokenize("The harbour master logged the ships and the weather station", true);
+  const std::vector<float> ref = logits_of(llama_f16(), ids);
+  return {rms_diff(logits_of(a, ids), ref), rms_diff(logits_of(b, ids), ref)};
+}
+
 }  // namespace
 
 TEST_CASE("quantize --method awq folds the scales so the model computes the same function", "[quantize][awq]") {
@@ -386,11 +395,7 @@ TEST_CASE("quantize --method awq folds the scales so the model computes the same
   CHECK(scaled > 0);
   CHECK(folded > 0);
 
-  auto model = ember::Model::load(llama_f16().string(), two_threads());
-  const std::vector<int32_t> ids = model->tokenize("The harbour master logged the ships and the weather station", true);
-  const std::vector<float> ref = logits_of(llama_f16(), ids);
-  const double e_awq = rms_diff(logits_of(dir / "awq.gguf", ids), ref);
-  const double e_rtn = rms_diff(logits_of(dir / "rtn.gguf", ids), ref);
+  const auto [e_awq, e_rtn] = logit_errors(dir / "awq.gguf", dir / "rtn.gguf");
   INFO("rms logit error: awq " << e_awq << ", rtn " << e_rtn);
   CHECK(e_awq < 2.0 * e_rtn);
   fs::remove_all(dir);
@@ -450,11 +455,7 @@ TEST_CASE("quantize --method smoothquant --smooth-alpha auto: a choice per group
   for (const ember::QuantizedTensor& t : fixed.tensors)
     if (t.awq) CHECK(t.smooth_statistic == "rms");
   // The searched file is at least about as close to the source as the fixed alpha's.
-  auto model = ember::Model::load(llama_f16().string(), two_threads());
-  const std::vector<int32_t> ids = model->tokenize("The harbour master logged the ships and the weather station", true);
-  const std::vector<float> ref = logits_of(llama_f16(), ids);
-  const double e_fixed = rms_diff(logits_of(dir / "fixed.gguf", ids), ref);
-  const double e_searched = rms_diff(logits_of(dir / "searched.gguf", ids), ref);
+  const auto [e_fixed, e_searched] = logit_errors(dir / "fixed.gguf", dir / "searched.gguf");
   INFO("logit rms error: alpha 0.5 " << e_fixed << ", searched " << e_searched);
   CHECK(e_searched < 1.1 * e_fixed);
   fs::remove_all(dir);
