@@ -355,34 +355,54 @@ void KVCache::evict(Sequence& s, const SeqPolicy& p, int layer, int32_t n_new) {
 
 // ---- step transactions ----
 
-// True when placing `n_new` tokens from `first_new_pos` on would drop or move cells.
-bool KVCache::will_drop(const Sequence& s, const SeqPolicy& p, int32_t n_new, int32_t first_new_pos) const {
+// Per layer: true when placing `n_new` tokens from `first_new_pos` on would drop or move cells.
+std::vector<char> KVCache::layers_dropping(const Sequence& s, const SeqPolicy& p, int32_t n_new,
+                                           int32_t first_new_pos) const {
+  std::vector<char> out(size_t(config_.n_layer), 0);
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     const Layer& l = s.layers[size_t(layer)];
-    if (int64_t(l.live) + n_new > p.max_tokens) return true;
+    if (int64_t(l.live) + n_new > p.max_tokens) {
+      out[size_t(layer)] = 1;
+      continue;
+    }
     const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
     if (w > 0)
       for (int32_t pos : l.pos)
-        if (pos >= 0 && first_new_pos - pos >= w) return true;
+        if (pos >= 0 && first_new_pos - pos >= w) {
+          out[size_t(layer)] = 1;
+          break;
+        }
   }
-  return false;
+  return out;
 }
 
-void KVCache::take_snapshot(int32_t seq, const Sequence& s) {
+void KVCache::take_snapshot(int32_t seq, const Sequence& s, const std::vector<char>* layers) {
   if (snapshots_.count(seq)) return;
-  for (const Layer& l : s.layers)
-    for (int32_t p : l.pages) {
+  Snapshot snap;
+  snap.saved = layers ? *layers : std::vector<char>(s.layers.size(), 1);
+  snap.seq.next_idx = s.next_idx;
+  snap.seq.moved = s.moved;
+  snap.seq.layers.resize(s.layers.size());
+  snap.seq.sink_keys.resize(s.layers.size());
+  snap.seq.sink_orig_pos.resize(s.layers.size());
+  for (size_t li = 0; li < s.layers.size(); ++li) {
+    if (!snap.saved[li]) continue;
+    snap.seq.layers[li] = s.layers[li];
+    snap.seq.sink_keys[li] = s.sink_keys[li];
+    snap.seq.sink_orig_pos[li] = s.sink_orig_pos[li];
+    for (int32_t p : s.layers[li].pages) {
       pool_->retain(p);
       ++snapshot_refs_[p];
     }
-  snapshots_.emplace(seq, s);
+  }
+  snapshots_.emplace(seq, std::move(snap));
 }
 
 void KVCache::drop_snapshot(int32_t seq) {
   step_logs_.erase(seq);
   auto it = snapshots_.find(seq);
   if (it == snapshots_.end()) return;
-  for (const Layer& l : it->second.layers)
+  for (const Layer& l : it->second.seq.layers)
     for (int32_t p : l.pages) {
       if (--snapshot_refs_[p] == 0) snapshot_refs_.erase(p);
       pool_->release(p);
@@ -451,7 +471,10 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
       }
       const auto n = int32_t(list.size());
       const int32_t first = *std::min_element(list.begin(), list.end());
-      if (!inserted && will_drop(s, p, n, first)) take_snapshot(seq, s);
+      if (!inserted) {
+        const std::vector<char> dropping = layers_dropping(s, p, n, first);
+        if (std::find(dropping.begin(), dropping.end(), 1) != dropping.end()) take_snapshot(seq, s, &dropping);
+      }
       for (int layer = 0; layer < config_.n_layer; ++layer) {
         Layer& l = s.layers[size_t(layer)];
         const int32_t w = config_.layer_window.empty() ? 0 : config_.layer_window[size_t(layer)];
@@ -506,38 +529,55 @@ int32_t KVCache::append_cell(Layer& l, int32_t pos) {
 
 // Back to the sequence as it was before the open step (the snapshot's page references
 // pass back to it).
-void KVCache::restore_snapshot(int32_t seq) {
+void KVCache::restore_snapshot(int32_t seq, int32_t first) {
   auto snap = snapshots_.find(seq);
-  for (const Layer& l : snap->second.layers)
+  Snapshot& saved = snap->second;
+  for (const Layer& l : saved.seq.layers)
     for (int32_t p : l.pages)
       if (--snapshot_refs_[p] == 0) snapshot_refs_.erase(p);
-  auto it = sequences_.find(seq);
-  if (it != sequences_.end()) release_all(it->second);
-  sequences_[seq] = std::move(snap->second);
+  Sequence& s = sequences_[seq];
+  s.layers.resize(saved.seq.layers.size());
+  s.sink_keys.resize(saved.seq.layers.size());
+  s.sink_orig_pos.resize(saved.seq.layers.size());
+  for (size_t li = 0; li < saved.seq.layers.size(); ++li) {
+    Layer& l = s.layers[li];
+    if (!saved.saved[li]) {
+      pop_cells(l, first);
+      continue;
+    }
+    for (int32_t p : l.pages) pool_->release(p);
+    l = std::move(saved.seq.layers[li]);
+    s.sink_keys[li] = std::move(saved.seq.sink_keys[li]);
+    s.sink_orig_pos[li] = std::move(saved.seq.sink_orig_pos[li]);
+  }
+  s.moved = std::move(saved.seq.moved);
+  s.next_idx = saved.seq.next_idx;
   snapshots_.erase(snap);
   step_logs_.erase(seq);
+}
+
+void KVCache::pop_cells(Layer& l, int32_t first) {
+  while (!l.idx.empty() && l.idx.back() >= first) {
+    if (l.pos.back() >= 0) --l.live;
+    l.idx.pop_back(), l.pos.pop_back(), l.score.pop_back();
+  }
+  const size_t pages_kept = (l.pos.size() + size_t(page_tokens()) - 1) / size_t(page_tokens());
+  while (l.pages.size() > pages_kept) {
+    pool_->release(l.pages.back());
+    l.pages.pop_back();
+  }
 }
 
 void KVCache::undo(const Placement& placement) {
   for (const auto& [seq, first] : placement.first_idx) {
     if (snapshots_.count(seq)) {
-      restore_snapshot(seq);
+      restore_snapshot(seq, first);
       continue;
     }
     auto it = sequences_.find(seq);
     if (it == sequences_.end()) continue;
     Sequence& s = it->second;
-    for (Layer& l : s.layers) {
-      while (!l.idx.empty() && l.idx.back() >= first) {
-        if (l.pos.back() >= 0) --l.live;
-        l.idx.pop_back(), l.pos.pop_back(), l.score.pop_back();
-      }
-      const size_t pages_kept = (l.pos.size() + size_t(page_tokens()) - 1) / size_t(page_tokens());
-      while (l.pages.size() > pages_kept) {
-        pool_->release(l.pages.back());
-        l.pages.pop_back();
-      }
-    }
+    for (Layer& l : s.layers) pop_cells(l, first);
     s.next_idx = std::min(s.next_idx, first);
     if (s.next_idx == 0) {
       release_all(s);
@@ -711,8 +751,8 @@ void KVCache::check_invariants(std::map<int32_t, int32_t>* refs) const {
     }
   }
   if (refs)
-    for (const auto& [id, s] : snapshots_)
-      for (const Layer& l : s.layers)
+    for (const auto& [id, snap] : snapshots_)
+      for (const Layer& l : snap.seq.layers)
         for (int32_t p : l.pages) ++(*refs)[p];
 }
 

@@ -20,9 +20,12 @@
 //
 // Steps are transactions. place() starts one for each sequence it touches; before
 // it drops or moves anything of a sequence (window, eviction, sink moves) it keeps
-// a snapshot of that sequence's tables and holds its pages, so that undo() restores
-// the sequence exactly (rows a step rewrites in place are copied first). commit()
-// ends the step and lets the snapshot go; so does the next place() of the sequence.
+// a snapshot of the tables of the layers that will drop or move cells and holds their
+// pages, so that undo() restores the sequence exactly (rows a step rewrites in place
+// are copied first); a layer the step only appends to is restored by removing its new
+// cells, so a decode step past a sliding window copies the windowed layers' tables,
+// not the full-context ones (whose size grows with the context). commit() ends the
+// step and lets the snapshot go; so does the next place() of the sequence.
 #pragma once
 
 #include <cstdint>
@@ -226,8 +229,11 @@ class KVCache {
   }
   void validate_policy(const SeqPolicy& p) const;
   void validate_config() const;
-  bool will_drop(const Sequence& s, const SeqPolicy& p, int32_t n_new, int32_t first_new_pos) const;
-  void take_snapshot(int32_t seq, const Sequence& s);
+  // Per layer: whether placing `n_new` tokens from `first_new_pos` on drops or moves cells.
+  std::vector<char> layers_dropping(const Sequence& s, const SeqPolicy& p, int32_t n_new,
+                                    int32_t first_new_pos) const;
+  // Keeps the tables of the layers marked in `layers` (all when null) and holds their pages.
+  void take_snapshot(int32_t seq, const Sequence& s, const std::vector<char>* layers = nullptr);
   void drop_snapshot(int32_t seq);
   void free_window(Layer& l, int32_t window, int32_t first_new_pos);
   void evict(Sequence& s, const SeqPolicy& p, int layer, int32_t n_new);
@@ -235,7 +241,10 @@ class KVCache {
   void evict_h2o(Layer& l, const SeqPolicy& p, int32_t n_new, int32_t n_drop);
   int32_t append_cell(Layer& l, int32_t pos);
   int32_t place_one(Sequence& s, const SeqPolicy& p, int layer, int32_t pos);
-  void restore_snapshot(int32_t seq);
+  // Back to the snapshot; the layers it did not keep lose their cells from token `first` on.
+  void restore_snapshot(int32_t seq, int32_t first);
+  // Removes the cells of tokens >= first appended to `l` and the pages they emptied.
+  void pop_cells(Layer& l, int32_t first);
   void replay_step(int32_t seq, int32_t n_keep);
   void compact(Layer& l);
   void drop_empty_pages(Layer& l);
@@ -250,9 +259,15 @@ class KVCache {
   CacheConfig config_;
   std::map<int32_t, Sequence> sequences_;
   std::map<int32_t, SeqPolicy> policies_;
-  // Open steps: the sequence as it was before place() dropped or moved anything,
-  // holding a reference to each of its pages; and how many snapshots hold each page.
-  std::map<int32_t, Sequence> snapshots_;
+  // Open steps: the sequence as it was before place() dropped or moved anything, with
+  // the tables of the layers that drop or move cells (`saved`; the others are left
+  // empty), holding a reference to each of their pages; and how many snapshots hold
+  // each page.
+  struct Snapshot {
+    Sequence seq;
+    std::vector<char> saved;  // per layer
+  };
+  std::map<int32_t, Snapshot> snapshots_;
   std::map<int32_t, int32_t> snapshot_refs_;
   // Stepwise steps (place_stepwise) whose snapshot is kept: what a replay needs.
   struct StepLog {

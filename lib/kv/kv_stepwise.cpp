@@ -80,7 +80,7 @@ void KVCache::add_token_scores(int32_t seq, int layer, int32_t token, int n_head
 // tokens again, as the step did: the same evictions, sink moves, rows and scores.
 void KVCache::replay_step(int32_t seq, int32_t n_keep) {
   const StepLog log = std::move(step_logs_.at(seq));
-  restore_snapshot(seq);
+  restore_snapshot(seq, log.first);
   Sequence& s = sequences_.at(seq);
   const SeqPolicy p = policy(seq);
   const PoolConfig& pc = pool_->config();

@@ -383,6 +383,18 @@ TEST_CASE("a rolled-back step leaves no trace: evictions, sink moves and windows
     std::vector<kv::CellRequest> req = {{0, 30}, {0, 31}, {0, 32}};
     kv::Placement p = c.place(req);
     CHECK(c.n_cells(0) == std::min<int32_t>(33, k.config.max_seq_tokens));
+    if (k.config.eviction.policy == kv::Eviction::none) {
+      // Only layer 1 (the window) drops cells: the open step holds the pages of that
+      // layer alone, not those of the layers it only appends to.
+      kv::KVCache::LayerTables t;
+      const int32_t seqs[] = {0};
+      for (int layer : {0, 2}) {
+        c.layer_tables(layer, seqs, t);
+        const int32_t pt = h.pool->config().page_tokens;
+        for (int64_t i = 0; i < (t.cells[0] + pt - 1) / pt; ++i)
+          CHECK(h.pool->refcount(t.page_table[size_t(i)]) == 1);
+      }
+    }
     c.undo(p);
     std::string after;
     c.save(0, after);
