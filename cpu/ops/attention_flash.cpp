@@ -215,12 +215,23 @@ class Flash {
     for (int32_t s = 0; s < int32_t(by_seq.size()); ++s) {
       if (by_seq[size_t(s)].empty()) continue;
       SeqCells& sc = cells_[size_t(s)];
-      for (int32_t c = 0; c < tab_.seq_cells[s]; ++c) {
-        const int32_t pos = tab_.pos_of(s, c);
-        if (pos < 0) continue;
-        sc.index.push_back(c);
-        sc.slot.push_back(tab_.slot_of(s, c));
-        sc.pos.push_back(pos);
+      // Page by page (no division per cell): this runs on one thread for every cell of
+      // the sequence in every layer and step, so at long contexts it is not negligible.
+      const int32_t n_cells = tab_.seq_cells[s];
+      const int32_t pt = tab_.page_tokens;
+      const int32_t* cell_pos = tab_.cell_pos + s * tab_.cells_per_row;
+      const int32_t* pages = tab_.page_table + s * tab_.pages_per_row;
+      sc.index.reserve(size_t(n_cells)), sc.slot.reserve(size_t(n_cells)), sc.pos.reserve(size_t(n_cells));
+      for (int32_t c0 = 0; c0 < n_cells; c0 += pt) {
+        const int64_t base = int64_t(pages[c0 / pt]) * pt - c0;
+        const int32_t c1 = std::min(n_cells, c0 + pt);
+        for (int32_t c = c0; c < c1; ++c) {
+          const int32_t pos = cell_pos[c];
+          if (pos < 0) continue;
+          sc.index.push_back(c);
+          sc.slot.push_back(base + c);
+          sc.pos.push_back(pos);
+        }
       }
       sc.score_offset = score_total;
       score_total += int64_t(sc.pos.size()) * p_.n_head_kv;
