@@ -301,7 +301,7 @@ void register_all() {
         const std::string name = "matmul_repacked/" + std::string(ember::quant::type_name(type)) + "/" +
                                  std::string(ember::cpu::isa_name(isa)) + "/" + std::to_string(shape.in) + "x" +
                                  std::to_string(shape.out) + "/tokens:";
-        for (const int64_t n_tok : {int64_t(1), int64_t(32), int64_t(128)})
+        for (const int64_t n_tok : {int64_t(1), int64_t(16), int64_t(32), int64_t(128)})
           benchmark::RegisterBenchmark((name + std::to_string(n_tok)).c_str(), bench_matmul, type, isa, shape, n_tok,
                                        false, true)
               ->Arg(1)
