@@ -36,7 +36,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
                                           "--sample-tokens", "--damp", "--eval", "--eval-ctx", "--eval-chunks",
                                           "--max-ppl-rise", "--budget", "--bpw", "--sensitivity", "--gate-step",
                                           "--gate-rounds", "--smooth-alpha"};
-  const std::vector<std::string> switches = {"--pure", "--no-gate", "--act-order", "--no-awq-clip"};
+  const std::vector<std::string> switches = {"--pure", "--no-gate", "--act-order", "--no-awq-clip", "--gptq"};
   // Positional arguments are the ones that are neither a flag nor a flag's value.
   std::vector<std::string> positional, named;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -91,8 +91,12 @@ int cmd_quantize(const std::vector<std::string>& argv) {
         throw UsageError(fmt::format("--smooth-alpha must be in [0, 1] or auto, got '{}'", a));
     }
     if (!args.has("--calib")) throw UsageError(fmt::format("--method {} needs --calib FILE", method));
-    if (method != "gptq" && args.has("--damp")) throw UsageError("--damp is used by --method gptq only");
-    if (method != "gptq" && args.has("--act-order")) throw UsageError("--act-order is used by --method gptq only");
+    if (method != "smoothquant" && args.has("--gptq")) throw UsageError("--gptq is used by --method smoothquant only");
+    options.smooth_gptq = args.has("--gptq");
+    const bool rounds_by_gptq = method == "gptq" || options.smooth_gptq;
+    if (!rounds_by_gptq && args.has("--damp")) throw UsageError("--damp is used by --method gptq only (and by smoothquant with --gptq)");
+    if (!rounds_by_gptq && args.has("--act-order"))
+      throw UsageError("--act-order is used by --method gptq only (and by smoothquant with --gptq)");
     if (method != "awq" && args.has("--no-awq-clip")) throw UsageError("--no-awq-clip is used by --method awq only");
     options.awq_clip = !args.has("--no-awq-clip");
     options.act_order = args.has("--act-order");
@@ -117,6 +121,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     throw UsageError("--no-awq-clip is used by --method awq only");
   } else if (args.has("--smooth-alpha")) {
     throw UsageError("--smooth-alpha is used by --method smoothquant only");
+  } else if (args.has("--gptq")) {
+    throw UsageError("--gptq is used by --method smoothquant only");
   } else if (args.has("--calib")) {
     options.calibration_text = args.get("--calib");
     options.samples = args.get_int("--samples", 512, 1, 1 << 20);

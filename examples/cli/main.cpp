@@ -96,12 +96,14 @@ speculative decoding (lossless: the same tokens as without it):
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
                          with calibration Hessians onto each projection's type (every GGUF
-                         block type and ember's groups; any TYPE but Q8_W), on -t threads;
+                         block type, ember's groups and Q8_W), on -t threads;
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE);
                          smoothquant: SmoothQuant's fixed-alpha scales folded the same way, which
                          move activation outliers into the weights (for TYPE Q8_W, W8A8)
   --smooth-alpha A|auto  SmoothQuant's migration strength in [0, 1] (default 0.5); auto: per group,
                          alpha and the statistic (max |x| or rms) of the smallest W8A8 output error
+  --gptq                 smoothquant: round the smoothed weights by GPTQ (with the smoothed
+                         inputs' Hessians; --damp, --act-order apply) instead of to nearest
   --calib FILE           the calibration text (gptq, awq, --budget/--bpw, --sensitivity kl); without
                          --eval its last 10 % (at least one --eval-ctx chunk) is held out for the gate
   --samples N            calibration windows (default 512; fewer when the text is short)

@@ -36,7 +36,7 @@ EMBER_API const char* to_string(QuantRecipe recipe) noexcept;
 enum class QuantMethod {
   rtn,    // round to nearest: llama-quantize's bytes
   gptq,   // GPTQ (Frantar et al. 2022) onto the planned type's grid (every GGUF block
-          // type, Q4_G128, Q4_G64) with calibration Hessians; every recipe but Q8_W
+          // type, Q4_G128, Q4_G64, Q8_W) with calibration Hessians; every recipe
   awq,    // AWQ (Lin et al. 2023): per-channel scales searched on calibration data, folded
           // into the norms / ffn_up rows before the projections; any recipe
   smoothquant,  // SmoothQuant (Xiao et al. 2023): AWQ's folding with the fixed-alpha scales
@@ -141,6 +141,10 @@ struct QuantizeOptions {
   // for the smallest W8A8 output error on 256 kept calibration rows (docs/quantization.md).
   double smooth_alpha = 0.5;
   static constexpr double smooth_alpha_search = -1.0;
+  // SmoothQuant's weights rounded by GPTQ instead of to nearest (smoothquant only; CLI
+  // --gptq): each smoothed matrix w * s goes through GPTQ against the Hessian of its
+  // smoothed input x / s, with damp and act_order as for --method gptq.
+  bool smooth_gptq = false;
   std::function<void(const CalibrationProgress&)> on_calibration;   // optional
   std::function<void(const SearchProgress&)> on_search;            // optional (awq, mix, kl)
   // --sensitivity kl (docs/quantization.md): measured before mixing, for every quantized

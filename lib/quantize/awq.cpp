@@ -47,6 +47,24 @@ std::vector<float> smooth_scales(const std::vector<double>& a, const std::vector
   return scales;
 }
 
+// Pools the statistic of the columns that share an id of `tie` (awq_choose_scales): the
+// root mean square of their values (`rms`, each column's rms over the same inputs) or the
+// largest. Empty `tie`: unchanged.
+void tie_columns(std::span<const int64_t> tie, std::vector<double>& v, bool rms) {
+  if (tie.empty()) return;
+  std::vector<double> pooled(v.size(), 0.0);
+  std::vector<int64_t> count(v.size(), 0);
+  for (size_t c = 0; c < v.size(); ++c) {
+    const size_t id = size_t(tie[c]);
+    pooled[id] = rms ? pooled[id] + v[c] * v[c] : std::max(pooled[id], v[c]);
+    ++count[id];
+  }
+  for (size_t c = 0; c < v.size(); ++c) {
+    const size_t id = size_t(tie[c]);
+    v[c] = rms ? std::sqrt(pooled[id] / double(count[id])) : pooled[id];
+  }
+}
+
 // The W8A8 output error of a group for column scales s (AwqOptions::smooth_search): the
 // kept input rows X and the searched weight rows W, the exact products X W^T computed
 // once; per candidate, X / s and W * s go through the quantizers a reader uses.
@@ -172,7 +190,8 @@ ClipCount awq_quantize_row_clipped(DType type, const float* values, const float*
   return count;
 }
 
-AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options) {
+AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options,
+                            std::span<const int64_t> tie) {
   require(options.grid >= 1 && options.grid <= 1000, "quantize: AWQ grid is {}, must be 1..1000", options.grid);
   require(options.search_rows >= 1, "quantize: AWQ search_rows is {}, must be at least 1", options.search_rows);
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
@@ -185,6 +204,9 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
   const int64_t cols = h.cols;
   std::vector<double> rms(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; ++c) rms[size_t(c)] = std::sqrt(std::max(0.0, h.h[size_t(c * cols + c)]) / double(h.rows_seen));
+  require(tie.empty() || int64_t(tie.size()) == cols, "quantize: {} tied columns for a {}-wide group", tie.size(), cols);
+  for (const int64_t id : tie) require(id >= 0 && id < cols, "quantize: tied column id {} outside [0, {})", id, cols);
+  tie_columns(tie, rms, true);
   const OutputError loss_of(&h, cols);
   std::vector<std::vector<int64_t>> rows;
   for (const AwqMatrix& m : group) rows.push_back(sample_rows(m.rows, options.search_rows));
@@ -199,6 +221,7 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
         for (int64_t c = 0; c < cols; ++c)
           wmax[size_t(c)] = std::max(wmax[size_t(c)], rs * std::fabs(double(m.weights[r * cols + c])));
       }
+    tie_columns(tie, wmax, false);
     const std::vector<float> ones(size_t(cols), 1.0f);
     AwqChoice choice;
     if (!options.smooth_search) {
@@ -214,6 +237,7 @@ AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, 
             "quantize: the SmoothQuant search needs the calibration's kept input rows");
     std::vector<double> amax(static_cast<size_t>(cols));
     for (int64_t c = 0; c < cols; ++c) amax[size_t(c)] = h.abs_max[size_t(c)];
+    tie_columns(tie, amax, false);
     // Candidates: none, then (rms, alpha), (max, alpha) for alpha = k / 20, k = 1 .. 20.
     constexpr int kSteps = 20;
     const int n_candidates = 1 + 2 * kSteps;
@@ -312,7 +336,11 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
 
   const bool smooth = options.smooth_alpha >= 0 || options.smooth_search;
   const auto statistic = [&](const AwqChoice& c) { return smooth ? c.statistic : ""; };
-  const int64_t total = 3 * n_layer;
+  const int64_t total = (smooth ? 4 : 3) * n_layer;
+  // Query heads per kv head, for attn_output's tied columns (0: unknown, not folded).
+  const std::string arch = file.find("general.architecture") ? std::string(file.get_string("general.architecture")) : "";
+  const int64_t n_head = int64_t(file.get_uint_or(arch + ".attention.head_count", 0));
+  const int64_t n_head_kv = int64_t(file.get_uint_or(arch + ".attention.head_count_kv", uint64_t(n_head)));
   int64_t done = 0;
   const auto step = [&] {
     if (on_group) on_group(++done, total);
@@ -360,24 +388,63 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
       plan.skipped.push_back(p + "ffn_gate/ffn_up: no ffn_norm or calibration data");
     }
     step();
-    // attn_q + attn_k + attn_v, folded into attn_norm.
     const gguf::TensorInfo* q = member(p + "attn_q.weight");
     const gguf::TensorInfo* k = member(p + "attn_k.weight");
     const gguf::TensorInfo* v = member(p + "attn_v.weight");
+    // SmoothQuant: attn_output, folded into attn_v's rows (and bias).
+    std::vector<float> v_rows;
+    if (smooth) {
+      const gguf::TensorInfo* o = member(p + "attn_output.weight");
+      const gguf::TensorInfo* v_bias = file.find_tensor(p + "attn_v.bias");
+      const int64_t head_dim = v && n_head_kv > 0 ? v->rows() / n_head_kv : 0;
+      const bool heads_fit = n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0 && head_dim > 0 &&
+                             v->rows() == n_head_kv * head_dim;
+      if (o && v && heads_fit && o->cols() == n_head * head_dim &&
+          (!v_bias || (norm(p + "attn_v.bias", v->rows()) != nullptr))) {
+        // Column j of attn_output reads value channel j % head_dim of kv head (j / head_dim) / group.
+        std::vector<int64_t> tie(size_t(o->cols()));
+        const int64_t group = n_head / n_head_kv;
+        for (int64_t j = 0; j < o->cols(); ++j) tie[size_t(j)] = (j / head_dim) / group * head_dim + j % head_dim;
+        const std::vector<float> w = read_matrix(*o);
+        const AwqMatrix m{.weights = w.data(), .rows = o->rows(), .cols = o->cols(), .type = type_of(*o)};
+        AwqChoice c = awq_choose_scales(std::span(&m, 1), *calibration.hessians.at(std::string(o->name)), options, tie);
+        v_rows.resize(size_t(v->rows()));
+        for (int64_t j = 0; j < o->cols(); ++j) v_rows[size_t(tie[size_t(j)])] = 1.0f / c.scales[size_t(j)];
+        if (v_bias) {
+          std::vector<float> b = read_matrix(*v_bias);
+          for (size_t i = 0; i < b.size(); ++i) b[i] *= v_rows[i];
+          plan.folded[std::string(v_bias->name)] = std::move(b);
+          plan.folded_alpha[std::string(v_bias->name)] = c.alpha;
+          plan.folded_statistic[std::string(v_bias->name)] = statistic(c);
+        }
+        plan.transforms[std::string(o->name)] = {.col_scale = std::move(c.scales), .row_scale = {}, .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
+      } else {
+        plan.skipped.push_back(p + "attn_output: no separate attn_v with calibration data and a head layout to fold into");
+      }
+      step();
+    }
+    // attn_q + attn_k + attn_v, folded into attn_norm.
     const gguf::TensorInfo* attn_norm = q ? norm(p + "attn_norm.weight", q->cols()) : nullptr;
     if (q && k && v && attn_norm && k->cols() == q->cols() && v->cols() == q->cols()) {
       const std::vector<float> wq = read_matrix(*q), wk = read_matrix(*k), wv = read_matrix(*v);
       const AwqMatrix ms[] = {{.weights = wq.data(), .rows = q->rows(), .cols = q->cols(), .type = type_of(*q)},
                               {.weights = wk.data(), .rows = k->rows(), .cols = k->cols(), .type = type_of(*k)},
-                              {.weights = wv.data(), .rows = v->rows(), .cols = v->cols(), .type = type_of(*v)}};
+                              {.weights = wv.data(), .rows = v->rows(), .cols = v->cols(), .type = type_of(*v),
+                               .row_scale = v_rows.empty() ? nullptr : v_rows.data()}};
       AwqChoice c = awq_choose_scales(ms, *calibration.hessians.at(std::string(q->name)), options);
       std::vector<float> n = read_matrix(*attn_norm);
       for (size_t i = 0; i < n.size(); ++i) n[i] /= c.scales[i];
       plan.folded[std::string(attn_norm->name)] = std::move(n);
       plan.folded_alpha[std::string(attn_norm->name)] = c.alpha;
       plan.folded_statistic[std::string(attn_norm->name)] = statistic(c);
-      for (const gguf::TensorInfo* t : {q, k, v}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
+      for (const gguf::TensorInfo* t : {q, k}) plan.transforms[std::string(t->name)] = {.col_scale = c.scales, .row_scale = {}, .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
+      plan.transforms[std::string(v->name)] = {.col_scale = std::move(c.scales), .row_scale = std::move(v_rows),
+                                               .alpha = c.alpha, .statistic = statistic(c), .clip = {}};
     } else {
+      if (!v_rows.empty()) {   // the attn_output scales still need a home: attn_v alone keeps them
+        plan.transforms[std::string(v->name)] = {.col_scale = std::vector<float>(size_t(v->cols()), 1.0f),
+                                                 .row_scale = std::move(v_rows), .alpha = 0, .clip = {}};
+      }
       plan.skipped.push_back(p + "attn_q/k/v: no attn_norm or calibration data");
     }
     step();

@@ -69,9 +69,14 @@ struct AwqChoice {
   double loss = 0, loss_rtn = 0;      // the chosen candidate's and alpha = 0's
 };
 
-// Searches alpha for one group; all matrices have cols == h.cols. Throws invalid_argument
-// for mismatched sizes or options.
-AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options);
+// Searches alpha for one group; all matrices have cols == h.cols. `tie` (empty, or one id
+// per column in [0, cols)) makes the columns of one id share one scale: their statistics
+// are pooled (the rms over all their inputs, the largest |x|, the largest |weight|) before
+// the scales are computed, for inputs whose scale must be undone in a shared place
+// (attn_output's columns under grouped-query attention, undone in one value head's rows).
+// Throws invalid_argument for mismatched sizes or options.
+AwqChoice awq_choose_scales(std::span<const AwqMatrix> group, const Hessian& h, const AwqOptions& options,
+                            std::span<const int64_t> tie = {});
 
 // What the file writer applies: per quantized tensor, column scales and optional row
 // scales; per folded 1-D tensor (a norm's weight), its new values (written as F32).
@@ -104,10 +109,13 @@ struct AwqPlan {
 };
 
 // Per layer: ffn_down (folded into ffn_up's rows), then ffn_gate + ffn_up (folded into
-// ffn_norm), then attn_q + attn_k + attn_v (folded into attn_norm). A group is searched
-// only when all its tensors are quantized, separate, seen by the calibration, and its fold
-// target exists with the right length; attn_output is left alone (with grouped-query
-// attention its input channels come from shared value heads). `on_group` reports progress.
+// ffn_norm), then, for SmoothQuant only, attn_output (folded into attn_v's rows and bias:
+// attention is linear in the values, so dividing value channel d of a kv head by s_d
+// divides the attention output of every query head reading it; the query heads that share
+// a kv head share its scales, `tie` above), then attn_q + attn_k + attn_v (folded into
+// attn_norm). A group is searched only when all its tensors are quantized, separate, seen
+// by the calibration, and its fold target exists with the right length. AWQ leaves
+// attn_output alone. `on_group` reports progress.
 AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, const Calibration& calibration,
                  const AwqOptions& options, const std::function<void(int64_t done, int64_t total)>& on_group = {});
 

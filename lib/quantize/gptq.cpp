@@ -1,4 +1,4 @@
-// GPTQ onto the Q4_0, Q4_K, Q4_G128 and Q4_G64 grids (gptq.hpp).
+// GPTQ onto the GGUF block grids, Q4_G128 / Q4_G64 and Q8_W (gptq.hpp).
 #include "quantize/gptq.hpp"
 
 #include <Eigen/Cholesky>
@@ -243,6 +243,47 @@ class GridQ4G {
   int64_t per_row_;
 };
 
+// Q8_W (lib/quant/q8_w.cpp): one scale per row, d = max |w| / 127 over the whole row
+// before any column is quantized (set by rows(); GPTQ's static per-channel grid), written
+// as fp16 into every 32-value block; each value then gets q = clamp(round-half-even(w *
+// 127 / max), -127, 127), dequantized fp16(d) * q.
+class GridQ8W {
+ public:
+  static constexpr int64_t kWidth = quant::kQK;
+  static constexpr bool kWholeRow = true;
+
+  GridQ8W(void* dst, int64_t rows, int64_t cols)
+      : blocks_(static_cast<quant::BlockQ8_0*>(dst)), per_row_(cols / kWidth), inv_(size_t(rows)), d16_(size_t(rows)) {}
+
+  // The rows' scales from their values w [rows][cols] (any column order).
+  void rows(const MatrixD& w) {
+    for (int64_t r = 0; r < w.rows(); ++r) {
+      const float amax = float(w.row(r).cwiseAbs().maxCoeff());
+      inv_[size_t(r)] = amax != 0.0f ? 127.0f / amax : 0.0f;
+      d16_[size_t(r)] = fp32_to_fp16(amax / 127.0f);
+    }
+  }
+
+  void start(int64_t r, int64_t b, const float*) {
+    quant::BlockQ8_0& blk = blocks_[r * per_row_ + b];
+    blk.d = d16_[size_t(r)];
+    std::memset(blk.qs, 0, sizeof(blk.qs));
+  }
+
+  double code(int64_t r, int64_t c, float x) {
+    quant::BlockQ8_0& blk = blocks_[r * per_row_ + c / kWidth];
+    const int q = int(std::clamp(std::nearbyint(x * inv_[size_t(r)]), -127.0f, 127.0f));
+    blk.qs[c % kWidth] = int8_t(q);
+    return double(fp16_to_fp32(d16_[size_t(r)]) * float(q));
+  }
+
+ private:
+  quant::BlockQ8_0* blocks_;
+  int64_t per_row_;
+  std::vector<float> inv_;       // [rows]: 127 / max |w|, 0 for a zero row
+  std::vector<uint16_t> d16_;    // [rows]: fp16 d
+};
+
 // ---- The Hessian ----
 
 struct Factor {
@@ -309,6 +350,7 @@ void gptq_rows(const float* weights, int64_t rows, int64_t cols, const Factor& f
     for (int64_t c = 0; c < cols; ++c) w(r, position[size_t(c)]) = f.dead[size_t(c)] ? 0.0 : double(weights[r * cols + c]);
 
   Grid grid(dst, rows, cols);
+  if constexpr (requires { Grid::kWholeRow; }) grid.rows(w);
   std::vector<bool> started(static_cast<size_t>(cols / kWidth), false);
   Eigen::MatrixXf current(kWidth, rows);   // a block's current values, one row's per column of this matrix
   MatrixD err(rows, options.block_columns);
@@ -374,7 +416,8 @@ bool gptq_can_write(quant::DType type) {
   using quant::DType;
   switch (type) {
     case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1: case DType::q8_0:
-    case DType::q4_k: case DType::q5_k: case DType::q6_k: case DType::q4_g128: case DType::q4_g64: return true;
+    case DType::q4_k: case DType::q5_k: case DType::q6_k: case DType::q4_g128: case DType::q4_g64: case DType::q8_w:
+      return true;
     default: return false;
   }
 }
@@ -382,7 +425,7 @@ bool gptq_can_write(quant::DType type) {
 void gptq_quantize(quant::DType type, const float* weights, int64_t rows, int64_t cols, const double* hessian, void* dst,
                    const GptqOptions& options) {
   if (!gptq_can_write(type))
-    fail(ErrorCode::unsupported, "gptq: writes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q4_G128 and Q4_G64, not {}",
+    fail(ErrorCode::unsupported, "gptq: writes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q4_G128, Q4_G64 and Q8_W, not {}",
          quant::type_name(type));
   require(rows >= 0 && cols > 0, "gptq: {} x {} weights: the row length must be a positive multiple of the block", rows,
           cols);
@@ -400,6 +443,7 @@ void gptq_quantize(quant::DType type, const float* weights, int64_t rows, int64_
     case quant::DType::q5_k: return run_gptq<GridQ5_K>(type, weights, rows, cols, hessian, dst, options);
     case quant::DType::q6_k: return run_gptq<GridQ6_K>(type, weights, rows, cols, hessian, dst, options);
     case quant::DType::q4_g128: return run_gptq<GridQ4G<128>>(type, weights, rows, cols, hessian, dst, options);
+    case quant::DType::q8_w: return run_gptq<GridQ8W>(type, weights, rows, cols, hessian, dst, options);
     default: return run_gptq<GridQ4G<64>>(type, weights, rows, cols, hessian, dst, options);
   }
 }

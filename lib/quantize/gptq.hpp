@@ -2,7 +2,7 @@
 // Pre-trained Transformers") onto the standard GGUF grids Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q4_K, Q5_K and Q6_K, so that the output is an ordinary tensor of that type any GGUF
 // reader (llama.cpp included) loads, and onto ember's own asymmetric INT4 groups
-// Q4_G128 / Q4_G64.
+// Q4_G128 / Q4_G64 and its per-row INT8 Q8_W.
 //
 // For a weight matrix W [rows][cols] (cols = the input width) and the Hessian of its
 // layer-wise loss H = sum over calibration rows x of x^T x ([cols][cols]):
@@ -45,6 +45,9 @@
 //         (lib/quant/q4_g.cpp): m = fp16(min), d = fp16((max - min) / 15) of those
 //         values; each value gets q = clamp(round-half-even((w - m) / d), 0, 15) and is
 //         dequantized d * q + m;
+//       Q8_W (the whole row): d = max |w| / 127 of the row's values before any column
+//         is quantized (GPTQ's static per-row grid); each value gets q = clamp(
+//         round-half-even(w * 127 / max), -127, 127), dequantized fp16(d) * q;
 //       Q5_K and Q6_K (256 columns): as Q4_K, from ember's searched Q5_K / Q6_K
 //         quantizers, recoding each value as they do: Q5_K q = clamp(round((w + dmin *
 //         m_s) / (d * sc_s)), 0, 31); Q6_K q = clamp(round(w / (d * sc_s)), -32, 31) + 32
@@ -70,7 +73,7 @@ struct GptqOptions {
 };
 
 // True for the types GPTQ writes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
-// Q4_G128 and Q4_G64.
+// Q4_G128, Q4_G64 and Q8_W.
 bool gptq_can_write(quant::DType type);
 
 // `weights`: [rows][cols] row-major; `hessian`: [cols][cols] row-major, symmetric

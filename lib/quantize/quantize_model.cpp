@@ -154,9 +154,13 @@ RowSums quantize_tensor(const gguf::TensorInfo& t, DType type, std::byte* out, i
   return total;
 }
 
-// All rows of `t` by GPTQ onto `type` with the calibration Hessian `h`.
+// All rows of `t` by GPTQ onto `type` with the calibration Hessian `h`. With a
+// SmoothQuant / AWQ transform (scales folded elsewhere) GPTQ quantizes w * row_scale[r] *
+// col_scale[c] against the Hessian of the scaled input x / col_scale, H[i][j] /
+// (col_scale[i] col_scale[j]), and the error is measured after undoing the scales.
 RowSums gptq_tensor(const gguf::TensorInfo& t, DType type, const quantize::Hessian& h,
-                    const quantize::GptqOptions& gptq_options, std::byte* out) {
+                    const quantize::GptqOptions& gptq_options, std::byte* out,
+                    const quantize::AwqTransform* awq = nullptr) {
   const int64_t rows = t.rows(), cols = t.cols();
   const size_t in_row = quant::row_bytes(t.type, cols), out_row = quant::row_bytes(type, cols);
   std::vector<float> values(static_cast<size_t>(rows * cols)), back(static_cast<size_t>(cols));
@@ -167,12 +171,26 @@ RowSums gptq_tensor(const gguf::TensorInfo& t, DType type, const quantize::Hessi
       if (!std::isfinite(row[i]))
         fail(ErrorCode::malformed_file, "quantize: tensor '{}' holds a non-finite value ({}) in row {}", t.name, row[i], r);
   }
-  quantize::gptq_quantize(type, values.data(), rows, cols, h.h.data(), out, gptq_options);
+  const auto scale_of = [&](int64_t r, int64_t c) {
+    return awq ? (awq->row_scale.empty() ? 1.0f : awq->row_scale[size_t(r)]) * awq->col_scale[size_t(c)] : 1.0f;
+  };
+  if (awq) {
+    std::vector<float> scaled(values.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) scaled[size_t(r * cols + c)] = values[size_t(r * cols + c)] * scale_of(r, c);
+    std::vector<double> hs(h.h.size());
+    for (int64_t i = 0; i < cols; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        hs[size_t(i * cols + j)] = h.h[size_t(i * cols + j)] / (double(awq->col_scale[size_t(i)]) * awq->col_scale[size_t(j)]);
+    quantize::gptq_quantize(type, scaled.data(), rows, cols, hs.data(), out, gptq_options);
+  } else {
+    quantize::gptq_quantize(type, values.data(), rows, cols, h.h.data(), out, gptq_options);
+  }
   RowSums sums;
   for (int64_t r = 0; r < rows; ++r) {
     quant::dequantize_row(type, out + size_t(r) * out_row, back.data(), cols);
     for (int64_t i = 0; i < cols; ++i) {
-      const double w = values[size_t(r * cols + i)], e = w - double(back[size_t(i)]);
+      const double w = values[size_t(r * cols + i)], e = w - double(back[size_t(i)]) / scale_of(r, i);
       sums.error2 += e * e;
       sums.norm2 += w * w;
     }
@@ -263,7 +281,9 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
   require(options.threads >= 1, "quantize: threads is {}, must be at least 1", options.threads);
   require(!output.empty(), "quantize: the output path is empty");
   const quantize::RecipeInfo& recipe = quantize::recipe_info(to_internal(options.recipe));
-  const bool gptq = options.method == QuantMethod::gptq, smooth = options.method == QuantMethod::smoothquant;
+  const bool smooth = options.method == QuantMethod::smoothquant;
+  require(!options.smooth_gptq || smooth, "quantize: smooth_gptq (--gptq) is used by --method smoothquant only");
+  const bool gptq = options.method == QuantMethod::gptq || (smooth && options.smooth_gptq);
   const bool awq = options.method == QuantMethod::awq || smooth;   // SmoothQuant: AWQ's folding, fixed scales
   if (gptq || awq) {
     const char* method = gptq ? "gptq" : smooth ? "smoothquant" : "awq";
@@ -272,7 +292,7 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
               "quantize: smooth_alpha is {}, must be in [0, 1] (or negative: searched)", options.smooth_alpha);
     if (gptq && !quantize::gptq_can_write(recipe.base))
       fail(ErrorCode::unsupported,
-           "quantize: --method gptq writes the GGUF block types and Q4_G128 / Q4_G64, not {}",
+           "quantize: --method gptq writes the GGUF block types, Q4_G128 / Q4_G64 and Q8_W, not {}",
            recipe.name);
     require(!options.calibration_text.empty(), "quantize: --method {} needs a calibration text (--calib FILE)", method);
     require(options.samples >= 1, "quantize: samples is {}, must be at least 1", options.samples);
@@ -281,7 +301,7 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
   } else {
     require(options.method == QuantMethod::rtn, "quantize: unknown method {}", int(options.method));
   }
-  require(!options.act_order || gptq, "quantize: act_order (--act-order) is used by --method gptq only");
+  require(!options.act_order || gptq, "quantize: act_order (--act-order) is used by --method gptq only (and smoothquant with smooth_gptq)");
   require(options.target_bpw >= 0 && std::isfinite(options.target_bpw), "quantize: target_bpw is {}, must be >= 0",
           options.target_bpw);
   require(options.budget_bytes == 0 || options.target_bpw == 0, "quantize: give a byte budget or a bits-per-weight target, not both");
@@ -479,7 +499,7 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
     const quantize::AwqTransform* awq_transform = transform != awq_plan.transforms.end() ? &transform->second : nullptr;
     w.sums = use_gptq ? gptq_tensor(t, type, *calibration.hessians.at(t.name),
                                     {.damp = options.damp, .act_order = options.act_order, .threads = options.threads},
-                                    w.owned.data())
+                                    w.owned.data(), awq_transform)
                       : quantize_tensor(t, type, w.owned.data(), options.threads, awq_transform);
     w.bytes = w.owned;
   };

@@ -3,6 +3,7 @@
 // the folding into norms and ffn_up rows on a whole model, and the error paths.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -458,6 +459,77 @@ TEST_CASE("quantize --method smoothquant --smooth-alpha auto: a choice per group
   const auto [e_fixed, e_searched] = logit_errors(dir / "fixed.gguf", dir / "searched.gguf");
   INFO("logit rms error: alpha 0.5 " << e_fixed << ", searched " << e_searched);
   CHECK(e_searched < 1.1 * e_fixed);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("quantize --method smoothquant smooths attn_output through attn_v's rows, shared by a kv head's query heads",
+          "[quantize][awq]") {
+  EMBER_SKIP_IF_MISSING(llama_f16());
+  const fs::path dir = scratch("smooth_o");
+  write_text(dir / "calib.txt", 60);
+  ember::QuantizeOptions options = awq_options(dir / "calib.txt", ember::QuantRecipe::q8_w);
+  options.method = ember::QuantMethod::smoothquant;
+  int64_t groups = 0;
+  options.on_search = [&](const ember::SearchProgress& p) {
+    if (std::string(p.phase) == "awq") groups = std::max(groups, p.groups);
+  };
+  const ember::QuantizeReport smooth = ember::quantize_model(llama_f16().string(), (dir / "smooth.gguf").string(), options);
+  ember::QuantizeOptions rtn_options;
+  rtn_options.recipe = ember::QuantRecipe::q8_w;
+  ember::quantize_model(llama_f16().string(), (dir / "rtn.gguf").string(), rtn_options);
+
+  const ember::gguf::File src = ember::gguf::File::open(llama_f16());
+  const int64_t n_layer = int64_t(src.get_uint("llama.block_count"));
+  CHECK(groups == 4 * n_layer);   // ffn_down, ffn_gate/up, attn_output, attn_q/k/v per layer
+  CHECK(smooth.awq_skipped.empty());
+  int64_t outputs = 0;
+  for (const ember::QuantizedTensor& t : smooth.tensors)
+    if (t.name.find("attn_output.") != std::string::npos) {
+      INFO(t.name);
+      CHECK(t.awq);
+      CHECK(t.awq_alpha == 0.5);
+      ++outputs;
+    }
+  CHECK(outputs == n_layer);
+
+  // The smoothed file computes the source's function: attn_output's column j was multiplied
+  // by s_j, so value channel j of its kv head must come out divided by s_j. Were the fold
+  // missing or applied per query head (8 query heads read 2 kv heads here), the attention
+  // output would be off by those factors and the logits far from the source's.
+  const ember::gguf::File out = ember::gguf::File::open(dir / "smooth.gguf");
+  const auto values = [](const ember::gguf::TensorInfo& t) {
+    std::vector<float> v(size_t(t.rows() * t.cols()));
+    const size_t row = ember::quant::row_bytes(t.type, t.cols());
+    for (int64_t r = 0; r < t.rows(); ++r)
+      ember::quant::dequantize_row(t.type, t.data + size_t(r) * row, v.data() + r * t.cols(), t.cols());
+    return v;
+  };
+  const ember::gguf::TensorInfo* o_src = src.find_tensor("blk.0.attn_output.weight");
+  const ember::gguf::TensorInfo* o_out = out.find_tensor("blk.0.attn_output.weight");
+  REQUIRE(o_src);
+  REQUIRE(o_out);
+  const std::vector<float> a = values(*o_src), b = values(*o_out);
+  const int64_t cols = o_src->cols(), head_dim = 32, group = 4;
+  // Column scale of o: the median ratio over rows; the query heads of one kv head share it.
+  const auto col_scale = [&](int64_t j) {
+    std::vector<double> r;
+    for (int64_t i = 0; i < o_src->rows(); ++i)
+      if (std::fabs(a[size_t(i * cols + j)]) > 1e-3) r.push_back(double(b[size_t(i * cols + j)]) / a[size_t(i * cols + j)]);
+    std::nth_element(r.begin(), r.begin() + ptrdiff_t(r.size() / 2), r.end());
+    return r[r.size() / 2];
+  };
+  double spread = 0, within = 0;
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const double s0 = col_scale(d), s1 = col_scale(head_dim + d), s4 = col_scale(group * head_dim + d);
+    within = std::max(within, std::fabs(s1 / s0 - 1.0));     // query heads 0 and 1 share kv head 0
+    spread = std::max(spread, std::fabs(s4 / s0 - 1.0));     // query head 4 reads kv head 1
+  }
+  INFO("largest scale ratio within a kv head's query heads " << within << ", across kv heads " << spread);
+  CHECK(within < 0.02);
+  CHECK(spread > 0.02);
+  const auto [e_smooth, e_rtn] = logit_errors(dir / "smooth.gguf", dir / "rtn.gguf");
+  INFO("rms logit error: smoothquant " << e_smooth << ", rtn " << e_rtn);
+  CHECK(e_smooth < 1.5 * e_rtn);
   fs::remove_all(dir);
 }
 

@@ -211,17 +211,19 @@ std::vector<std::byte> reference_gptq(ember::quant::DType type, const std::vecto
   return out;
 }
 
-// The paper's algorithm onto Q4_1, Q5_0, Q5_1, Q8_0, Q5_K and Q6_K, returning the
+// The paper's algorithm onto Q4_1, Q5_0, Q5_1, Q8_0, Q8_W, Q5_K and Q6_K, returning the
 // values a reader dequantizes (not bytes: the packing is the readers' business, and
 // the test decodes the fast implementation's bytes with lib/quant's dequantizers). The
 // grids, from llama.cpp's reference rules (ggml-quants.c quantize_row_*_ref) and the
-// file rule for Q8_0 weights; the K types' grids from ember's searched quantizers
+// file rule for Q8_0 weights, Q8_W's one scale per row (max |w| / 127 of the row as it
+// stands before its first column is quantized); the K types' grids from ember's searched quantizers
 // (llama-quantize's bytes), each value then recoded on the stored fp16/6-bit grid.
 std::vector<float> reference_gptq_values(ember::quant::DType type, const std::vector<float>& weights, size_t rows, size_t cols,
                                          const Matrix& h, double damp, bool act_order) {
   using ember::quant::DType;
   const bool k_type = type == DType::q5_k || type == DType::q6_k;
-  const size_t width = k_type ? 256 : 32;
+  // Q8_W: one grid for the whole row, from its values before any column is quantized.
+  const size_t width = k_type ? 256 : type == DType::q8_w ? cols : 32;
   std::vector<double> w(weights.begin(), weights.end());
   const ReferenceFactor f = reference_factor(h, w, rows, cols, damp, act_order);
   std::vector<size_t> position(cols);
@@ -266,6 +268,11 @@ std::vector<float> reference_gptq_values(ember::quant::DType type, const std::ve
           const float d = amax / 127;
           g.inv = d != 0 ? 1.0f / d : 0.0f;
           g.d16 = ember::fp16_to_fp32(ember::fp32_to_fp16(d));
+        } else if (type == DType::q8_w) {
+          float amax = 0;
+          for (float v : values) amax = std::max(amax, std::fabs(v));
+          g.inv = amax != 0 ? 127.0f / amax : 0.0f;
+          g.d16 = ember::fp16_to_fp32(ember::fp32_to_fp16(amax / 127.0f));
         } else if (type == DType::q5_k) {
           ember::quant::BlockQ5_K b;
           ember::quantize::quantize_q5_k_searched(values.data(), &b, 256);
@@ -295,6 +302,9 @@ std::vector<float> reference_gptq_values(ember::quant::DType type, const std::ve
         value = float(q - 16) * g.d16;
       } else if (type == DType::q8_0) {
         const float q = std::min(127.0f, std::max(-127.0f, std::round(x * g.inv)));
+        value = g.d16 * q;
+      } else if (type == DType::q8_w) {
+        const float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(x * g.inv)));   // half to even
         value = g.d16 * q;
       } else if (type == DType::q5_k) {
         // A sub-block whose step is 0 dequantizes to -offset whatever its codes.
@@ -383,9 +393,12 @@ std::vector<std::byte> run_gptq(DType type, const std::vector<float>& w, size_t 
 }
 
 // Round-to-nearest as `ember quantize` writes it (llama-quantize's bytes).
+// Row by row, as a file's rows are quantized (Q8_W's scale is per call).
 std::vector<std::byte> run_rtn(DType type, const std::vector<float>& w, size_t rows, size_t cols) {
-  std::vector<std::byte> out(rows * ember::quant::row_bytes(type, int64_t(cols)));
-  ember::quantize::quantize_values(type, w.data(), out.data(), int64_t(rows * cols));
+  const size_t row_bytes = ember::quant::row_bytes(type, int64_t(cols));
+  std::vector<std::byte> out(rows * row_bytes);
+  for (size_t r = 0; r < rows; ++r)
+    ember::quantize::quantize_values(type, w.data() + r * cols, out.data() + r * row_bytes, int64_t(cols));
   return out;
 }
 
@@ -453,13 +466,13 @@ TEST_CASE("GPTQ Q4_G128 and Q4_G64 bytes equal the scalar reference's, with and 
     }
 }
 
-TEST_CASE("GPTQ onto Q4_1, Q5_0, Q5_1, Q8_0, Q5_K and Q6_K: values equal the scalar reference's",
+TEST_CASE("GPTQ onto Q4_1, Q5_0, Q5_1, Q8_0, Q8_W, Q5_K and Q6_K: values equal the scalar reference's",
           "[quantize][gptq]") {
   std::mt19937 rng(1357);
   const size_t rows = 5, cols = 512;   // 16 blocks of 32, two super-blocks
   const Synthetic s = synthetic_inputs(700, cols, rng, 77);   // column 77 is dead
   const std::vector<float> w = random_weights(rows, cols, rng);
-  for (DType type : {DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::q5_k, DType::q6_k})
+  for (DType type : {DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::q8_w, DType::q5_k, DType::q6_k})
     for (bool act_order : {false, true}) {
       INFO(ember::quant::type_name(type) << " act_order " << act_order);
       const std::vector<float> expected = reference_gptq_values(type, w, rows, cols, s.h, 0.01, act_order);
@@ -505,7 +518,7 @@ TEST_CASE("GPTQ with a diagonal Hessian is round-to-nearest, byte for byte", "[q
   std::uniform_real_distribution<double> diag(0.1, 10.0);
   for (size_t i = 0; i < cols; ++i) h[i][i] = diag(rng);
   for (DType type : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::q4_k, DType::q5_k,
-                     DType::q6_k, DType::q4_g128, DType::q4_g64})
+                     DType::q6_k, DType::q4_g128, DType::q4_g64, DType::q8_w})
     for (bool act_order : {false, true}) {
       INFO(ember::quant::type_name(type) << " act_order " << act_order);
       CHECK(run_gptq(type, w, rows, cols, h, {.act_order = act_order}) == run_rtn(type, w, rows, cols));
@@ -520,7 +533,8 @@ TEST_CASE("GPTQ's output error on the calibration inputs is below round-to-neare
   };
   for (const Case c : {Case{DType::q4_0, 128, 0.7}, Case{DType::q4_k, 512, 0.7}, Case{DType::q4_g128, 256, 0.7},
                        Case{DType::q4_1, 128, 0.7}, Case{DType::q5_0, 128, 0.7}, Case{DType::q5_1, 128, 0.7},
-                       Case{DType::q8_0, 128, 0.7}, Case{DType::q5_k, 512, 0.7}, Case{DType::q6_k, 256, 0.7}})
+                       Case{DType::q8_0, 128, 0.7}, Case{DType::q5_k, 512, 0.7}, Case{DType::q6_k, 256, 0.7},
+                       Case{DType::q8_w, 256, 0.7}})
     for (bool act_order : {false, true}) {
       INFO(ember::quant::type_name(c.type) << " act_order " << act_order);
       std::mt19937 rng(99);
@@ -544,8 +558,8 @@ TEST_CASE("GPTQ rejects bad sizes, types, options and values", "[quantize][gptq]
                "multiple of 32");
   expect_error([&] { gptq_quantize(DType::q4_k, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::invalid_argument,
                "multiple of 256");
-  expect_error([&] { gptq_quantize(DType::q8_w, w.data(), 2, 256, h.data(), out.data()); }, ErrorCode::unsupported,
-               "Q4_G128 and Q4_G64, not Q8_W");
+  expect_error([&] { gptq_quantize(DType::bf16, w.data(), 2, 256, h.data(), out.data()); }, ErrorCode::unsupported,
+               "Q4_G64 and Q8_W, not BF16");
   expect_error([&] { gptq_quantize(DType::f16, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::unsupported,
                "not F16");
   expect_error([&] { gptq_quantize(DType::q5_k, w.data(), 2, 64, h.data(), out.data()); }, ErrorCode::invalid_argument,
@@ -747,11 +761,6 @@ TEST_CASE("quantize --method gptq: bad input is a typed error and leaves no outp
     std::ofstream(dir / "short.txt") << "Too short.";
     expect_error([&] { run(gptq_options(dir / "short.txt", 4, 64)); }, ErrorCode::invalid_argument,
                  "fewer than one sample of 64 tokens");
-  }
-  SECTION("a type GPTQ does not write") {
-    ember::QuantizeOptions options = gptq_options(dir / "calib.txt", 4, 64);
-    options.recipe = ember::QuantRecipe::q8_w;
-    expect_error([&] { run(options); }, ErrorCode::unsupported, "Q4_G64, not Q8_W");
   }
   SECTION("act-order without GPTQ") {
     ember::QuantizeOptions options;
