@@ -117,7 +117,7 @@ struct QuantizeOptions {
   int threads = 1;                // worker threads for the rows of each tensor, >= 1 (1: the calling thread only)
   bool pure = false;              // every quantizable tensor in the recipe's base type (llama-quantize --pure)
   std::function<void(const QuantizeProgress&)> on_tensor;   // optional
-  // --method gptq: any recipe but Q8_W. Every tensor whose input the calibration saw
+  // --method gptq: any recipe (Q8_W too). Every tensor whose input the calibration saw
   // (the dense attention and feed-forward projections) is quantized by GPTQ onto its
   // planned type (a mixture's Q6_K layers and Q5_0 fallbacks too); the others (the
   // output matrix, embeddings, MoE experts) as by rtn. GPTQ runs on `threads` threads.
