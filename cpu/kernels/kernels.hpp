@@ -106,6 +106,11 @@ struct WeightKernels {
     void (*dot_tile_grouped)(const void* weights, size_t weight_row_bytes, int n_w, const void* activations,
                              size_t activation_row_bytes, int n_x, float* out, size_t out_stride,
                              int64_t n) = nullptr;
+    // Nonzero where dot_tile and dot_tile_grouped take Q8_0 activation rows that carry,
+    // per block, this factor times the sum of its codes (the symmetric formats: -offset,
+    // the start of each block's integer sum; cpu/kernels/repack.hpp:
+    // activation_row_bytes_with_sums), which matmul appends once per op.
+    int activation_sums = 0;
   } repacked = {};
 };
 

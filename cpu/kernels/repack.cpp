@@ -92,4 +92,25 @@ void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, st
   }
 }
 
+size_t activation_sums_offset(int64_t n) {
+  return (size_t(n / quant::kQK) * sizeof(quant::BlockQ8_0) + sizeof(int32_t) - 1) / sizeof(int32_t) *
+         sizeof(int32_t);
+}
+
+size_t activation_row_bytes_with_sums(int64_t n) {
+  return activation_sums_offset(n) + size_t(n / quant::kQK) * sizeof(int32_t);
+}
+
+void append_activation_sums(std::byte* row, int64_t n, int32_t factor) {
+  const int64_t nb = n / quant::kQK;
+  std::byte* sums = row + activation_sums_offset(n);
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* codes = reinterpret_cast<const int8_t*>(row + size_t(b) * sizeof(quant::BlockQ8_0) + 2);
+    int32_t sum = 0;
+    for (int i = 0; i < quant::kQK; ++i) sum += codes[i];
+    sum *= factor;
+    std::memcpy(sums + size_t(b) * sizeof(int32_t), &sum, sizeof(sum));
+  }
+}
+
 }  // namespace ember::cpu

@@ -55,4 +55,14 @@ bool rows8_layout_defined(quant::DType type);
 void repack_rows8(quant::DType type, const std::byte* src, size_t src_stride, std::byte* dst, int64_t rows,
                   int64_t n);
 
+// Q8_0 activation rows that carry their blocks' code sums (WeightKernels::Repacked::
+// activation_sums): the row's n / 32 blocks as quant::row_bytes(q8_0, n) gives them, then,
+// from byte activation_sums_offset(n), one int32 per block, `factor` times the sum of its
+// 32 codes. The symmetric formats' kernels start each block's integer sum at -offset
+// times that sum; matmul takes it once per op, not once per call of a chunk of weight rows.
+size_t activation_sums_offset(int64_t n);
+size_t activation_row_bytes_with_sums(int64_t n);
+// Writes the sums of the Q8_0 row of n values at `row` (activation_row_bytes_with_sums(n) bytes).
+void append_activation_sums(std::byte* row, int64_t n, int32_t factor);
+
 }  // namespace ember::cpu

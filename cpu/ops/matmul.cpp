@@ -16,7 +16,9 @@
 //    once per block; at 2 threads prefill is bound by arithmetic, not by those reads).
 //    Weights the backend repacked at load (Tensor::layout, cpu/kernels/repack.hpp) go
 //    to WeightKernels::repacked for every token count and sum order (and, for Q4_K's
-//    whole groups of 4 tokens unless sums must be batch-invariant, to its grouped tile).
+//    whole groups of 4 tokens unless sums must be batch-invariant, to its grouped tile);
+//    for those of the symmetric formats (Repacked::activation_sums) step 1 also appends
+//    each activation block's code sum to its row, once per op instead of once per call.
 #include <algorithm>
 #include <atomic>
 #include <new>
@@ -82,7 +84,10 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
     act_row_bytes = x.row_stride;
   } else {
     // Converted rows, then (prefill with a packed path) their packed form after them.
-    const size_t quant_row_bytes = quant::row_bytes(kernels.activation_type, n_in);
+    // Repacked kernels of the symmetric formats read each block's code sums after the row.
+    const int32_t sums = repacked ? kernels.repacked.activation_sums : 0;
+    const size_t quant_row_bytes =
+        sums != 0 ? activation_row_bytes_with_sums(n_in) : quant::row_bytes(kernels.activation_type, n_in);
     const size_t packed_row_bytes = packed ? pk->row_bytes(n_in) : 0;
     const size_t quant_bytes = round_up(int64_t(n_tok) * int64_t(quant_row_bytes), kAlign);
     const size_t needed = quant_bytes + size_t(n_tok) * packed_row_bytes + kAlign;
@@ -100,6 +105,7 @@ void matmul(OpContext& ctx, const Tensor& weights, const Tensor& x, const Tensor
       for (int64_t t = begin; t < end; ++t) {
         std::byte* row = base + size_t(t) * quant_row_bytes;
         kernels.quantize_activations(x.row_ptr<const float>(t), row, n_in);
+        if (sums != 0) append_activation_sums(row, n_in, sums);
         if (packed) pk->pack(row, packed_base + size_t(t) * packed_row_bytes, n_in);
       }
     };

@@ -254,7 +254,12 @@ TEST_CASE("repacked (rows8 layout) kernels agree with quant::dot_row, token by t
       CHECK(k.repacked.tile_x >= 1);
       ++tested;
       for (int64_t n : test::test_lengths(type)) {
-        const size_t w_row = quant::row_bytes(type, n), a_row = quant::row_bytes(k.activation_type, n);
+        // Symmetric formats: Q8_0 rows that carry their blocks' code sums, as matmul gives them.
+        const bool sums = k.repacked.activation_sums != 0;
+        if (sums) REQUIRE(k.activation_type == DType::q8_0);
+        const size_t w_row = quant::row_bytes(type, n);
+        const size_t a_row =
+            sums ? ember::cpu::activation_row_bytes_with_sums(n) : quant::row_bytes(k.activation_type, n);
         std::vector<std::byte> w(w_row * n_w), packed(w_row * n_w), a(a_row * 35);
         for (int r = 0; r < n_w; ++r) {
           const auto row = test::quantize(type, test::random_values(n, 7000 + uint32_t(r * 11 + n)));
@@ -265,6 +270,7 @@ TEST_CASE("repacked (rows8 layout) kernels agree with quant::dot_row, token by t
         for (int t = 0; t < 35; ++t) {
           const auto row = test::quantize(k.activation_type, test::random_values(n, 8000 + uint32_t(t * 5 + n)));
           std::memcpy(a.data() + t * a_row, row.data(), row.size());
+          if (sums) ember::cpu::append_activation_sums(a.data() + t * a_row, n, k.repacked.activation_sums);
         }
         std::vector<float> single(out_stride * 35, std::numeric_limits<float>::quiet_NaN());
         for (int t = 0; t < 35; ++t)
@@ -297,6 +303,15 @@ TEST_CASE("repacked (rows8 layout) kernels agree with quant::dot_row, token by t
     CHECK(tested >= 7);
     CHECK(ember::cpu::weight_kernels(Isa::avx2, DType::q4_k).repacked.dot_tile != nullptr);
   }
+  // The ARM levels below i8mm repack Q4_0, Q4_1, Q5_1, Q4_G128 and Q4_G64 (neon/rows8.hpp);
+  // Q4_0's kernels take the activation code sums, the others' Q8_1 blocks carry their own.
+  for (Isa isa : ember::cpu::available_isas())
+    if (isa == Isa::neon || isa == Isa::dotprod)
+      for (DType type : {DType::q4_0, DType::q4_1, DType::q5_1, DType::q4_g128, DType::q4_g64}) {
+        INFO(label(isa, type, 0));
+        CHECK(ember::cpu::weight_kernels(isa, type).repacked.dot_tile != nullptr);
+        CHECK(ember::cpu::weight_kernels(isa, type).repacked.activation_sums == (type == DType::q4_0 ? -8 : 0));
+      }
 }
 
 TEST_CASE("repack_rows8 rejects what its layout does not cover", "[kernels][repack]") {

@@ -37,6 +37,6 @@ constexpr DotTileFn kPlain = dot_tile<Step, kTileW, kTileX>;
 
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile_rows8_32<Q4_0Rows8, kPlain>, dequantize, kRows8, 4, {}, nullptr,
-                                    {}, kPlain, {dot_tile_rows8_32_repacked<Q4_0Rows8>, 4}};
+                                    {}, kPlain, {dot_tile_rows8_32_repacked<Q4_0Rows8>, 4, nullptr, -Q4_0Rows8::kOffset}};
 
 }  // namespace ember::cpu::EMBER_AVX2_NS

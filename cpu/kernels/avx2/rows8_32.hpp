@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/kernels/avx2/rows8.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "cpu/kernels/unroll.hpp"
 
@@ -99,22 +100,29 @@ inline __m256i block_dot_rows8(__m256i acc, const __m256i q[8], const std::byte*
   return dot_rows8<4>(dot_rows8<4>(acc, q, codes), q + 4, codes + 16);
 }
 
-// Symmetric formats: -kOffset * (sum of the block's activation codes) per token and
-// block, computed once per call into `bias` (rows8_32 reuses it for every group of 8 rows).
+// Symmetric formats: -kOffset * (the sum of each activation block's codes) per token and
+// block, taken once per call into `sums` (one int32 per block, token t's at t * nb) for
+// rows8_32 on the file layout; weights repacked at load read the same values, which
+// matmul appended to each activation row once per op (Repacked::activation_sums = -kOffset).
 template <class C>
-void prepare_bias_rows8(const std::byte* a, size_t a_row_bytes, int n_x, int64_t nb, int32_t* bias) {
+void prepare_sums_rows8(const std::byte* a, size_t a_row_bytes, int n_x, int64_t nb, int32_t* sums) {
   for (int t = 0; t < n_x; ++t)
     for (int64_t b = 0; b < nb; ++b) {
       const __m256i y = load256(a + size_t(t) * a_row_bytes + size_t(b) * sizeof(quant::BlockQ8_0) + 2);
-      bias[size_t(t) * size_t(nb) + size_t(b)] = -C::kOffset * hsum_i32(sum_pairs(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y)));
+      sums[size_t(t) * size_t(nb) + size_t(b)] = -C::kOffset * hsum_i32(sum_pairs(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y)));
     }
+}
+
+// Block b's entry of a token's sums.
+inline int32_t block_bias(const std::byte* sums, int64_t b) {
+  return int32_t(load_u32(sums + size_t(b) * sizeof(int32_t)));
 }
 
 // 8 weight rows (file layout, rows w_row_bytes apart; or, kRepacked, one group of the
 // rows8 layout) by n_x activation rows.
 template <class C, bool kRepacked = false>
 void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t a_row_bytes, int n_x, float* out,
-              size_t out_stride, int64_t n, const int32_t* bias) {
+              size_t out_stride, int64_t n, const std::byte* sums, size_t sums_stride) {
   using R = Rows8Record<C>;
   constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
   constexpr size_t kActCodes = C::kMin ? 4 : 2;
@@ -143,8 +151,8 @@ void rows8_32(const std::byte* w, size_t w_row_bytes, const std::byte* a, size_t
       for (int t = 0; t < nt; ++t) {
         const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * kActBlock;
         const __m256i s = block_dot_rows8<C>(
-            C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[size_t(t0 + t) * size_t(nb) + size_t(b)]), q,
-            ab + kActCodes);
+            C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(block_bias(sums + size_t(t0 + t) * sums_stride, b)),
+            q, ab + kActCodes);
         __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))),
                                    _mm256_load_ps(acc[t]));
         if constexpr (C::kMin)
@@ -166,15 +174,17 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
     return;
   }
   const auto* a = static_cast<const std::byte*>(activations);
-  thread_local std::vector<int32_t> bias;
+  const int64_t nb = n / quant::kQK;
+  thread_local std::vector<int32_t> sums;
   if (!C::kMin && n_w >= kRows8) {
-    const int64_t nb = n / quant::kQK;
-    if (bias.size() < size_t(n_x) * size_t(nb)) bias.resize(size_t(n_x) * size_t(nb));
-    prepare_bias_rows8<C>(a, a_row_bytes, n_x, nb, bias.data());
+    if (sums.size() < size_t(n_x) * size_t(nb)) sums.resize(size_t(n_x) * size_t(nb));
+    prepare_sums_rows8<C>(a, a_row_bytes, n_x, nb, sums.data());
   }
+  const auto* sum_bytes = reinterpret_cast<const std::byte*>(sums.data());
   over_row_groups<Other>(weights, w_row_bytes, n_w, activations, a_row_bytes, n_x, out, out_stride, n,
                          [&](const std::byte* w, float* o) {
-                           rows8_32<C>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n, bias.data());
+                           rows8_32<C>(w, w_row_bytes, a, a_row_bytes, n_x, o, out_stride, n, sum_bytes,
+                                       size_t(nb) * sizeof(int32_t));
                          });
 }
 
@@ -183,7 +193,7 @@ void dot_tile_rows8_32(const void* weights, size_t w_row_bytes, int n_w, const v
 // (so its results are bit-identical to a batch's), without the accumulator's round
 // trip through memory per block, which bounds a one-token pass.
 template <class C>
-inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int64_t nb, const int32_t* bias) {
+inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int64_t nb, const std::byte* sums) {
   using R = Rows8Record<C>;
   constexpr size_t kActBlock = C::kMin ? sizeof(quant::BlockQ8_1) : sizeof(quant::BlockQ8_0);
   constexpr size_t kActCodes = C::kMin ? 4 : 2;
@@ -201,8 +211,8 @@ inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int
       const std::byte* ab = a + size_t(b) * kActBlock;
       __m256i q[8];
       load_codes_record<C>(rec, q, j);
-      const __m256i s = block_dot_rows8<C>(C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), q,
-                                           ab + kActCodes);
+      const __m256i s = block_dot_rows8<C>(
+          C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(block_bias(sums, b)), q, ab + kActCodes);
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(half_at(ab))), acc);
     });
     if constexpr (C::kMin)
@@ -212,24 +222,21 @@ inline void rows8_32_one(const std::byte* w, const std::byte* a, float* out, int
 }
 
 // WeightKernels::Repacked::dot_tile: whole groups of the rows8 layout, every token
-// count. Each token's sums run in the same order whatever n_x.
+// count. Each token's sums run in the same order whatever n_x. The symmetric formats
+// (!kMin) take rows with their blocks' code sums (Repacked::activation_sums).
 template <class C>
 void dot_tile_rows8_32_repacked(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
                                 size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
   const int64_t nb = n / quant::kQK;
-  thread_local std::vector<int32_t> bias;
-  if constexpr (!C::kMin) {
-    if (bias.size() < size_t(n_x) * size_t(nb)) bias.resize(size_t(n_x) * size_t(nb));
-    prepare_bias_rows8<C>(a, a_row_bytes, n_x, nb, bias.data());
-  }
+  const size_t sums_offset = C::kMin ? 0 : activation_sums_offset(n);
   for (int r = 0; r < n_w; r += kRows8) {
     if (n_x == 1) {
-      rows8_32_one<C>(w + size_t(r) * w_row_bytes, a, out + r, nb, bias.data());
+      rows8_32_one<C>(w + size_t(r) * w_row_bytes, a, out + r, nb, a + sums_offset);
     } else {
       rows8_32<C, true>(w + size_t(r) * w_row_bytes, w_row_bytes, a, a_row_bytes, n_x, out + r, out_stride, n,
-                        bias.data());
+                        a + sums_offset, a_row_bytes);
     }
   }
 }

@@ -68,6 +68,6 @@ constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pac
 
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile<Step, 4, 4>, dequantize, kTileW, kTileX, kRows16Prefill, nullptr,
-                                    kRows16, nullptr, {dot_tile_rows8_repacked<Q4_0Rows8>, 4}};
+                                    kRows16, nullptr, {dot_tile_rows8_repacked<Q4_0Rows8>, 4, nullptr, -Q4_0Rows8::kOffset}};
 
 }  // namespace ember::cpu::avx512

@@ -17,10 +17,9 @@
 // with Q8_0), kOffset, kSub (32-value runs per block sharing d and m).
 #pragma once
 
-#include <vector>
-
 #include "cpu/kernels/avx512/simd.hpp"
 #include "cpu/kernels/kernels.hpp"
+#include "cpu/kernels/repack.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -73,6 +72,13 @@ inline __m512i dot16_codes(__m512i acc, const __m512i q[8], const std::byte* cod
   return _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
 }
 
+// The same sums in one chain, for batches: the other tokens' chains hide the latency, and
+// the three adds that join four chains are saved (the sums are exact: the same bits).
+inline __m512i dot16_codes_chain(__m512i acc, const __m512i q[8], const std::byte* codes) {
+  for (int k = 0; k < 8; ++k) acc = _mm512_dpbusd_epi32(acc, q[k], _mm512_set1_epi32(int32_t(load_u32(codes + 4 * k))));
+  return acc;
+}
+
 // The offset formats' activation term of one block: its sub-blocks' Q8_1 sums s, in order.
 template <class C>
 inline float block_sum(const std::byte* first) {
@@ -81,15 +87,10 @@ inline float block_sum(const std::byte* first) {
   return sum;
 }
 
-// Symmetric formats: -kOffset * (sum of each activation block's codes), per token and block.
-template <class C>
-void prepare_bias(const std::byte* a, size_t a_row_bytes, int n_x, int64_t nb, int32_t* bias) {
-  for (int t = 0; t < n_x; ++t)
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i y = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(a + size_t(t) * a_row_bytes + size_t(b) * sizeof(quant::BlockQ8_0) + 2));
-      bias[size_t(t) * size_t(nb) + size_t(b)] = -C::kOffset * hsum_i32(sum4_i8(_mm512_zextsi256_si512(y)));
-    }
+// Symmetric formats: -kOffset * (the sum of activation block b's codes), which matmul
+// appended to the row once per op (Repacked::activation_sums = -kOffset).
+inline int32_t block_bias(const std::byte* sums, int64_t b) {
+  return int32_t(load_u32(sums + size_t(b) * sizeof(int32_t)));
 }
 
 inline void store16(float* out, __m512 v, bool both) {
@@ -101,7 +102,7 @@ inline void store16(float* out, __m512 v, bool both) {
 // decode on one stream of records (two groups' records read side by side ran at half
 // the bandwidth on Zen 4), and 256-bit operations are single micro-ops there.
 template <class C>
-void rows8_one(const std::byte* rec0, const std::byte* a, float* out, int64_t nb, const int32_t* bias) {
+void rows8_one(const std::byte* rec0, const std::byte* a, float* out, int64_t nb, const std::byte* sums) {
   using R = Rows8Rec<C>;
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps();
@@ -114,7 +115,7 @@ void rows8_one(const std::byte* rec0, const std::byte* a, float* out, int64_t nb
       const std::byte* ab = a + size_t(b) * R::kActBlock;
       const std::byte* codes = ab + R::kActCodes;
       const std::byte* c = rec + R::kCodes + 128 * size_t(j);
-      __m256i ch[4] = {C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(bias[b]), _mm256_setzero_si256(),
+      __m256i ch[4] = {C::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(block_bias(sums, b)), _mm256_setzero_si256(),
                        _mm256_setzero_si256(), _mm256_setzero_si256()};
       for (int k = 0; k < 4; ++k) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32 * k));
@@ -137,7 +138,7 @@ void rows8_one(const std::byte* rec0, const std::byte* a, float* out, int64_t nb
 // per token, each sub-block's codes loaded once for all tokens.
 template <class C>
 void rows8_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, size_t a_row_bytes, int n_x,
-                 float* out, size_t out_stride, int64_t nb, const int32_t* bias) {
+                 float* out, size_t out_stride, int64_t nb, size_t sums_offset) {
   using R = Rows8Rec<C>;
   constexpr int kTokens = 32;
   for (int t0 = 0; t0 < n_x; t0 += kTokens) {
@@ -158,9 +159,10 @@ void rows8_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, s
         load_codes16<C>(pa, pb, j, q);
         for (int t = 0; t < nt; ++t) {
           const std::byte* ab = a + size_t(t0 + t) * a_row_bytes + size_t(b) * R::kActBlock;
-          const __m512i s = dot16_codes(
-              C::kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(bias[size_t(t0 + t) * size_t(nb) + size_t(b)]), q,
-              ab + R::kActCodes);
+          const __m512i s = dot16_codes_chain(
+              C::kMin ? _mm512_setzero_si512()
+                      : _mm512_set1_epi32(block_bias(a + size_t(t0 + t) * a_row_bytes + sums_offset, b)),
+              q, ab + R::kActCodes);
           acc[t] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(_cvtsh_ss(load_u16(ab)))), acc[t]);
         }
@@ -178,27 +180,24 @@ void rows8_batch(const std::byte* ra, const std::byte* rb, const std::byte* a, s
 }
 
 // WeightKernels::Repacked::dot_tile: whole groups of the rows8 layout (n_w a multiple of
-// 8), every token count, two groups at a time.
+// 8), every token count, two groups at a time. The symmetric formats (!kMin) take rows
+// with their blocks' code sums (Repacked::activation_sums).
 template <class C>
 void dot_tile_rows8_repacked(const void* weights, size_t w_row_bytes, int n_w, const void* activations,
                              size_t a_row_bytes, int n_x, float* out, size_t out_stride, int64_t n) {
   const auto* w = static_cast<const std::byte*>(weights);
   const auto* a = static_cast<const std::byte*>(activations);
   const int64_t nb = n / quant::kQK;
-  thread_local std::vector<int32_t> bias;
-  if constexpr (!C::kMin) {
-    if (bias.size() < size_t(n_x) * size_t(nb)) bias.resize(size_t(n_x) * size_t(nb));
-    prepare_bias<C>(a, a_row_bytes, n_x, nb, bias.data());
-  }
+  const size_t sums_offset = C::kMin ? 0 : activation_sums_offset(n);
   for (int r = 0; r < n_w; r += 16) {
     const std::byte* ra = w + size_t(r) * w_row_bytes;
     const std::byte* rb = r + 16 <= n_w ? ra + 8 * w_row_bytes : ra;
     if (n_x == 1) {
-      rows8_one<C>(ra, a, out + r, nb, bias.data());
-      if (rb != ra) rows8_one<C>(rb, a, out + r + 8, nb, bias.data());
+      rows8_one<C>(ra, a, out + r, nb, a + sums_offset);
+      if (rb != ra) rows8_one<C>(rb, a, out + r + 8, nb, a + sums_offset);
     }
     else
-      rows8_batch<C>(ra, rb, a, a_row_bytes, n_x, out + r, out_stride, nb, bias.data());
+      rows8_batch<C>(ra, rb, a, a_row_bytes, n_x, out + r, out_stride, nb, sums_offset);
   }
 }
 

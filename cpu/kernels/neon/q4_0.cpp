@@ -1,6 +1,7 @@
 // ARM64 kernels of Q4_0 weights (x = d * (q - 8)) with Q8_0 activations.
 #include "cpu/kernels/neon/blocks32.hpp"
 #include "cpu/kernels/neon/mmla.hpp"
+#include "cpu/kernels/neon/rows8.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -18,6 +19,13 @@ struct Q4_0 {
 };
 using Step = StepQ8_0<Q4_0>;
 
+// Weights repacked at load (rows8.hpp).
+struct Q4_0Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_0);
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 8, kSub = 1, kBits = 4;
+};
+
 constexpr int kTileW = 4, kTileX = 2;
 
 }  // namespace
@@ -25,6 +33,6 @@ constexpr int kTileW = 4, kTileX = 2;
 extern const WeightKernels kQ4_0 = {quant::DType::q4_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
                                     dot_tile_mmla<Step, MmlaQ8_0<Q4_0>, kTileW, kTileX>,
                                     quant::ref::dequantize_q4_0, kTileW, kTileX, {}, nullptr, {},
-                                    dot_tile<Step, kTileW, kTileX>};
+                                    dot_tile<Step, kTileW, kTileX>, rows8_repacked<Q4_0Rows8>()};
 
 }  // namespace ember::cpu::EMBER_NEON_NS

@@ -8,6 +8,7 @@
 // sub-block's four integer dot products scaled by the two tokens' activation scales.
 #include "cpu/kernels/neon/blocks32.hpp"
 #include "cpu/kernels/neon/mmla.hpp"
+#include "cpu/kernels/neon/rows8.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -133,6 +134,14 @@ template <int G>
 struct MmlaQ4G {};
 #endif
 
+// The rows8 layout's format description (rows8.hpp): one block is one group.
+template <int G>
+struct Rows8 {
+  static constexpr size_t kBlockBytes = GroupQ4G<G>::kBlockBytes;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0, kSub = G / quant::kQK, kBits = 4;
+};
+
 template <int G>
 void dequantize(const void* src, float* dst, int64_t n) {
   if constexpr (G == 128) quant::ref::dequantize_q4_g128(src, dst, n);
@@ -145,7 +154,7 @@ template <quant::DType T, int G>
 constexpr WeightKernels kernels() {
   return {T,      quant::DType::q8_1, quantize_q8_1, dot<StepQ4G<G>>,
           dot_tile_mmla<StepQ4G<G>, MmlaQ4G<G>, kTileW, kTileX>, dequantize<G>, kTileW, kTileX, {}, nullptr, {},
-          dot_tile<StepQ4G<G>, kTileW, kTileX>};
+          dot_tile<StepQ4G<G>, kTileW, kTileX>, rows8_repacked<Rows8<G>>()};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // ARM64 kernels of Q5_1 weights (x = d * q + m, 5-bit q) with Q8_1 activations.
 #include "cpu/kernels/neon/blocks32.hpp"
 #include "cpu/kernels/neon/mmla.hpp"
+#include "cpu/kernels/neon/rows8.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -19,6 +20,13 @@ struct Q5_1 {
 };
 using Step = StepQ8_1<Q5_1>;
 
+// Weights repacked at load (rows8.hpp).
+struct Q5_1Rows8 {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ5_1);
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0, kSub = 1, kBits = 5;
+};
+
 constexpr int kTileW = 4, kTileX = 2;
 
 }  // namespace
@@ -26,6 +34,6 @@ constexpr int kTileW = 4, kTileX = 2;
 extern const WeightKernels kQ5_1 = {quant::DType::q5_1, quant::DType::q8_1, quantize_q8_1, dot<Step>,
                                     dot_tile_mmla<Step, MmlaQ8_1<Q5_1>, kTileW, kTileX>,
                                     quant::ref::dequantize_q5_1, kTileW, kTileX, {}, nullptr, {},
-                                    dot_tile<Step, kTileW, kTileX>};
+                                    dot_tile<Step, kTileW, kTileX>, rows8_repacked<Q5_1Rows8>()};
 
 }  // namespace ember::cpu::EMBER_NEON_NS
