@@ -303,11 +303,13 @@ TEST_CASE("repacked (rows8 layout) kernels agree with quant::dot_row, token by t
     CHECK(tested >= 7);
     CHECK(ember::cpu::weight_kernels(Isa::avx2, DType::q4_k).repacked.dot_tile != nullptr);
   }
-  // The ARM levels below i8mm repack Q4_0, Q4_1, Q5_1, Q4_G128 and Q4_G64 (neon/rows8.hpp);
-  // Q4_0's kernels take the activation code sums, the others' Q8_1 blocks carry their own.
+  // The ARM levels below i8mm repack Q4_0, Q4_1, Q5_1, Q4_G128 and Q4_G64 (neon/rows8.hpp),
+  // Q4_K and Q5_K (neon/rows8_k.hpp); Q4_0's kernels take the activation code sums, the
+  // others' Q8_1 and Q8_K blocks carry their own.
   for (Isa isa : ember::cpu::available_isas())
     if (isa == Isa::neon || isa == Isa::dotprod)
-      for (DType type : {DType::q4_0, DType::q4_1, DType::q5_1, DType::q4_g128, DType::q4_g64}) {
+      for (DType type :
+           {DType::q4_0, DType::q4_1, DType::q5_1, DType::q4_g128, DType::q4_g64, DType::q4_k, DType::q5_k}) {
         INFO(label(isa, type, 0));
         CHECK(ember::cpu::weight_kernels(isa, type).repacked.dot_tile != nullptr);
         CHECK(ember::cpu::weight_kernels(isa, type).repacked.activation_sums == (type == DType::q4_0 ? -8 : 0));

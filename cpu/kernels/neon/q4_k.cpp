@@ -3,6 +3,7 @@
 
 #include "cpu/kernels/neon/blocks256.hpp"
 #include "cpu/kernels/neon/mmla.hpp"
+#include "cpu/kernels/neon/rows8_k.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -86,6 +87,7 @@ void dot_tile_q4_k(const void* weights, size_t w_row_bytes, int n_w, const void*
 
 extern const WeightKernels kQ4_K = {quant::DType::q4_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
                                     dot_tile_q4_k, quant::ref::dequantize_q4_k, kTileW,
-                                    kTileX, {}, dot_tile_lanes<StepGrouped, kTileW, kTileX>};
+                                    kTileX, {}, dot_tile_lanes<StepGrouped, kTileW, kTileX>, {}, nullptr,
+                                    rows8_k_repacked<4>()};
 
 }  // namespace ember::cpu::EMBER_NEON_NS

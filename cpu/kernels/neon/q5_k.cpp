@@ -2,6 +2,7 @@
 // The fifth bit of code l of sub-block j is bit j of qh[l].
 #include "cpu/kernels/neon/blocks256.hpp"
 #include "cpu/kernels/neon/mmla.hpp"
+#include "cpu/kernels/neon/rows8_k.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -77,6 +78,7 @@ extern const WeightKernels kQ5_K = {quant::DType::q5_k,
                                     {},
                                     nullptr,
                                     {},
-                                    dot_tile<Step, kTileW, kTileX>};
+                                    dot_tile<Step, kTileW, kTileX>,
+                                    rows8_k_repacked<5>()};
 
 }  // namespace ember::cpu::EMBER_NEON_NS
