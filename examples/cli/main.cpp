@@ -125,8 +125,8 @@ speculative decoding (lossless: the same tokens as without it):
   --max-ppl-rise R       the gate, on whenever there is a text to evaluate (--eval, or --calib's
                          held-out tail): when OUT's perplexity exceeds IN's by more than R (a
                          fraction, 0.05, or a percentage, 5%; default 5%), the most sensitive
-                         tensors are raised a type (Q4/Q5 -> Q8_0 -> F16, Q4_K/Q5_K -> Q6_K) a
-                         few per round until it holds; if it cannot, OUT is not written and the
+                         tensors are raised a type (Q4/Q5 -> Q8_0 -> F16, Q4_K/Q5_K -> Q6_K,
+                         Q8_W -> Q8_0) a few per round until it holds; if it cannot, OUT is not written and the
                          exit status is 1. R = 0 or --no-gate: no gate
   --gate-step N          tensors raised per round (default: a 16th of the quantized tensors)
   --gate-rounds N        at most N rounds (default: until every tensor is at its widest)
