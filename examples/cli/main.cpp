@@ -91,7 +91,8 @@ speculative decoding (lossless: the same tokens as without it):
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures),
         Q4_G128 Q4_G64 (ember's asymmetric INT4 groups of 128 / 64; only ember loads them),
-        Q8_W (ember's W8A8: INT8 per weight row and per token; only ember loads it)
+        Q8_W (ember's W8A8: INT8 per weight row and per token; only ember loads it),
+        Q8_WR (Q8_W on Hadamard-rotated weights and activations: W8A8 nearer the source)
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ
@@ -99,7 +100,7 @@ speculative decoding (lossless: the same tokens as without it):
                          block type, ember's groups and Q8_W), on -t threads;
                          awq: AWQ's per-channel scales, folded into the norms (any TYPE);
                          smoothquant: SmoothQuant's fixed-alpha scales folded the same way, which
-                         move activation outliers into the weights (for TYPE Q8_W, W8A8)
+                         move activation outliers into the weights (for TYPE Q8_W/Q8_WR)
   --smooth-alpha A|auto  SmoothQuant's migration strength in [0, 1] (default 0.5); auto: per group,
                          alpha and the statistic (max |x| or rms) of the smallest W8A8 output error
   --gptq                 smoothquant: round the smoothed weights by GPTQ (with the smoothed
@@ -126,7 +127,7 @@ speculative decoding (lossless: the same tokens as without it):
                          held-out tail): when OUT's perplexity exceeds IN's by more than R (a
                          fraction, 0.05, or a percentage, 5%; default 5%), the most sensitive
                          tensors are raised a type (Q4/Q5 -> Q8_0 -> F16, Q4_K/Q5_K -> Q6_K,
-                         Q8_W -> Q8_0) a few per round until it holds; if it cannot, OUT is not written and the
+                         Q8_W(R) -> Q8_0) a few per round until it holds; if it cannot, OUT is not written and the
                          exit status is 1. R = 0 or --no-gate: no gate
   --gate-step N          tensors raised per round (default: a 16th of the quantized tensors)
   --gate-rounds N        at most N rounds (default: until every tensor is at its widest)

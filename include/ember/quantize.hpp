@@ -26,6 +26,8 @@ enum class QuantRecipe {
                                   // output / tied embedding as the 32-value recipes
   q8_w,                           // ember's W8A8: INT8 weights with one scale per row, INT8 activations
                                   // with one scale per token (only ember loads it); output as above
+  q8_wr,                          // Q8_W with weights and activations Hadamard-rotated per 32 values
+                                  // (the activations' outlier channels spread over their group)
 };
 
 // "Q4_K_M" and the like; the parse is case-insensitive. nullopt for other names.

@@ -33,6 +33,7 @@ constexpr TypeInfo kTypes[] = {
     {DType::tq1_0, "TQ1_0", 256, 54, false},
     {DType::tq2_0, "TQ2_0", 256, 66, false},
     {DType::q8_t, "Q8_T", 32, 34, false},
+    {DType::q8_tr, "Q8_TR", 64, 68, false},
 };
 
 // KV-cache storage types (quant/kv_formats.hpp): block = one group.

@@ -44,6 +44,8 @@ enum class DType : uint32_t {
   tq2_0 = 35,
   // ember's per-token INT8 activation format of Q8_W (lib/quant/q8_w.cpp); never in a file.
   q8_t = 1103,
+  // Q8_T in a Hadamard-rotated basis, the activation format of Q8_WR (lib/quant/q8_wr.cpp).
+  q8_tr = 1105,
   // ember's own KV-cache storage types (quant/kv_formats.hpp). They never appear in a
   // GGUF file: type_info_from_id() does not know their ids.
   kv_q8_g32 = 1000,  // INT8, one f16 scale per 32 values

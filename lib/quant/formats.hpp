@@ -32,6 +32,10 @@ void quantize_q8_k(const float* src, void* dst, int64_t n);
 // Q8_T: Q8_0's layout with one scale per call (per token), Q8_W's activations (q8_w.cpp).
 void dequantize_q8_t(const void* src, float* dst, int64_t n);
 void quantize_q8_t(const float* src, void* dst, int64_t n);
+// Q8_TR: Q8_T of the values rotated per group of kQ8WRGroup, Q8_WR's activations (q8_wr.cpp).
+inline constexpr int kQ8WRGroup = 64;
+void dequantize_q8_tr(const void* src, float* dst, int64_t n);
+void quantize_q8_tr(const float* src, void* dst, int64_t n);
 
 // dot_q4_k in the order of llama.cpp's batched kernel (quant/lanes.hpp), which it uses for
 // the tokens of a batch that fall in whole groups of 4 (WeightKernels::dot_tile_grouped).

@@ -27,6 +27,7 @@ constexpr Format kFormats[] = {
     {DType::q8_1, DType::q8_1, ref::dequantize_q8_1, ref::quantize_q8_1, nullptr},
     {DType::q8_k, DType::q8_k, ref::dequantize_q8_k, ref::quantize_q8_k, nullptr},
     {DType::q8_t, DType::q8_t, ref::dequantize_q8_t, ref::quantize_q8_t, nullptr},
+    {DType::q8_tr, DType::q8_tr, ref::dequantize_q8_tr, ref::quantize_q8_tr, nullptr},
     // KV-cache storage types (kv_formats.hpp): quantize/dequantize only.
     {DType::kv_q8_g32, DType::kv_q8_g32, ref::dequantize_kv_q8_g32, ref::quantize_kv_q8_g32, nullptr},
     {DType::kv_q8_g64, DType::kv_q8_g64, ref::dequantize_kv_q8_g64, ref::quantize_kv_q8_g64, nullptr},

@@ -31,7 +31,8 @@
 //                scalar): cpu/kernels/dispatch.cpp.
 //
 // Types listed here must have a companion activation type that lib/quant can
-// quantize (F32, Q8_0, Q8_1, Q8_K, or Q8_T: one scale per token, lib/quant/q8_w.cpp).
+// quantize (F32, Q8_0, Q8_1, Q8_K, Q8_T: one scale per token, lib/quant/q8_w.cpp, or Q8_TR:
+// Q8_T in a rotated basis, lib/quant/q8_wr.cpp).
 #pragma once
 
 #define EMBER_WEIGHT_TYPES(X)                 \
@@ -48,7 +49,8 @@
   X(q6_k, Q6_K, 14, 256, 210, q8_k, ALL)       \
   X(q4_g128, Q4_G128, 1100, 128, 68, q8_1, ALL)  \
   X(q4_g64, Q4_G64, 1101, 64, 36, q8_1, ALL)    \
-  X(q8_w, Q8_W, 1102, 32, 34, q8_t, ALL)
+  X(q8_w, Q8_W, 1102, 32, 34, q8_t, ALL)       \
+  X(q8_wr, Q8_WR, 1104, 64, 68, q8_tr, ALL)
 
 // EMBER_IF_LEVEL(levels, level, x): x where the registry's `levels` column gives
 // `level` (scalar, avx2, avx2vnni, avx512, neon, dotprod, i8mm) a table of its own.

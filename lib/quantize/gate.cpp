@@ -16,9 +16,9 @@ std::optional<DType> wider_type(DType current, DType source, int64_t cols) {
   std::vector<DType> chain;
   switch (current) {
     case DType::q4_k: case DType::q5_k: chain = {DType::q6_k, DType::q8_0, top}; break;
-    // Q8_W -> Q8_0: the same bytes per weight, with an activation scale per block of 32
-    // instead of per token (W8A8 with finer activation scales), then the source's type.
-    case DType::q8_w: chain = {DType::q8_0, top}; break;
+    // Q8_W / Q8_WR -> Q8_0: the same bytes per weight, with an activation scale per block
+    // of 32 instead of per token (W8A8 with finer activation scales), then the source's type.
+    case DType::q8_w: case DType::q8_wr: chain = {DType::q8_0, top}; break;
     case DType::q8_0: chain = {top}; break;
     default: chain = {DType::q8_0, top}; break;
   }

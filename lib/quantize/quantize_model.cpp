@@ -62,6 +62,7 @@ quantize::Recipe to_internal(QuantRecipe r) {
     case QuantRecipe::q4_g128: return quantize::Recipe::q4_g128;
     case QuantRecipe::q4_g64: return quantize::Recipe::q4_g64;
     case QuantRecipe::q8_w: return quantize::Recipe::q8_w;
+    case QuantRecipe::q8_wr: return quantize::Recipe::q8_wr;
   }
   fail(ErrorCode::invalid_argument, "quantize: unknown recipe {}", int(r));
 }
@@ -259,7 +260,7 @@ std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
   static constexpr QuantRecipe kAll[] = {QuantRecipe::q8_0, QuantRecipe::q4_0, QuantRecipe::q4_1, QuantRecipe::q5_0,
                                          QuantRecipe::q5_1, QuantRecipe::q4_k, QuantRecipe::q5_k, QuantRecipe::q6_k,
                                          QuantRecipe::q4_k_m, QuantRecipe::q5_k_m, QuantRecipe::q4_g128,
-                                         QuantRecipe::q4_g64, QuantRecipe::q8_w};
+                                         QuantRecipe::q4_g64, QuantRecipe::q8_w, QuantRecipe::q8_wr};
   const quantize::RecipeInfo* info = quantize::find_recipe(name);
   if (!info) return std::nullopt;
   for (QuantRecipe r : kAll)

@@ -14,7 +14,7 @@ using quant::DType;
 
 // general.file_type values are llama.cpp's llama_ftype. The plain K recipes have no
 // ftype of their own; they are written as the "_S" (mostly that type) codes.
-constexpr std::array<RecipeInfo, 13> kRecipes{{
+constexpr std::array<RecipeInfo, 14> kRecipes{{
     {Recipe::q8_0, "Q8_0", DType::q8_0, 7, false},
     {Recipe::q4_0, "Q4_0", DType::q4_0, 2, false},
     {Recipe::q4_1, "Q4_1", DType::q4_1, 3, false},
@@ -29,6 +29,7 @@ constexpr std::array<RecipeInfo, 13> kRecipes{{
     {Recipe::q4_g128, "Q4_G128", DType::q4_g128, 1100, false},
     {Recipe::q4_g64, "Q4_G64", DType::q4_g64, 1101, false},
     {Recipe::q8_w, "Q8_W", DType::q8_w, 1102, false},
+    {Recipe::q8_wr, "Q8_WR", DType::q8_wr, 1104, false},
 }};
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
@@ -86,6 +87,7 @@ DType fallback_of(DType type, const std::string& name, int64_t cols) {
     case DType::q6_k: return DType::q8_0;
     case DType::q4_g128: return cols % 64 == 0 ? DType::q4_g64 : DType::q4_1;
     case DType::q4_g64: return DType::q4_1;
+    case DType::q8_wr: return DType::q8_w;   // rows of 32s but not 64s: W8A8 unrotated
     default:
       fail(ErrorCode::unsupported, "quantize: tensor '{}' has rows of {} values, not a multiple of the {} block size {}",
            name, cols, quant::type_name(type), quant::type_info(type).block_elems);

@@ -2,6 +2,7 @@
 // round-trip error bounds, and the reference dot products against dequantized data.
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -236,14 +237,16 @@ struct RoundTrip {
 // Q4_G64 (relative to the largest magnitude of the whole group): max d / 2 <= 1/15 of it
 // plus fp16 rounding, rms measured 0.134 / 0.103. Q8_W: one scale for the whole 4096
 // values (one row), so a block of small values keeps the row's step: max measured
-// 0.229 of the block's largest magnitude, rms 0.0141.
+// 0.229 of the block's largest magnitude, rms 0.0141. Q8_WR: the same step, spread by the
+// rotation over each group of 64 (its block), so small values get errors from their
+// group's larger ones: max measured 0.327 of the group's largest magnitude, rms 0.0148.
 const RoundTrip kRoundTrips[] = {
     {DType::f32, 0.0, 0.0},         {DType::f16, 1.0 / 2048, 3e-4},   {DType::bf16, 1.0 / 256, 2.5e-3},
     {DType::q8_0, 0.0045, 0.007},   {DType::q4_0, 0.126, 0.10},       {DType::q5_0, 0.0632, 0.05},
     {DType::q4_1, 0.071, 0.08},     {DType::q5_1, 0.036, 0.04},       {DType::q4_k, 0.10, 0.09},
     {DType::q5_k, 0.05, 0.045},      {DType::q6_k, 0.035, 0.022},       {DType::q8_1, 0.0045, 0.007},
     {DType::q8_k, 0.0045, 0.013},       {DType::q4_g128, 0.068, 0.17},     {DType::q4_g64, 0.068, 0.13},
-    {DType::q8_w, 0.25, 0.02},
+    {DType::q8_w, 0.25, 0.02},      {DType::q8_wr, 0.4, 0.02},
 };
 
 }  // namespace
@@ -279,6 +282,48 @@ TEST_CASE("quantize then dequantize stays within each format's error bound", "[q
     CHECK(std::sqrt(err2 / sum2) <= rt.rms_error);
     if (rt.type == DType::f32) CHECK(worst == 0.0);
   }
+}
+
+TEST_CASE("Q8_WR: the rotation keeps W8A8 products exact in law and spreads activation outliers",
+          "[quant][q8_wr]") {
+  // Activations with a few channels 60x the rest (as a transformer's ffn_down inputs
+  // have): one scale per token sets Q8_T's step by them, and every other channel is
+  // rounded to that step. Rotated per group of 32, an outlier is spread over its group,
+  // whose step then follows the group's norm.
+  const int64_t n = 2048, rows = 64;
+  std::mt19937 rng(4242);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n), 0.0f);
+  for (float& v : x) v = normal(rng);
+  for (int64_t c : {17, 600, 1031, 1990}) x[size_t(c)] = (c % 2 ? 60.0f : -60.0f);
+  const std::vector<float> w = test::random_values(n * rows, 4343);
+  double err2[2] = {0, 0}, ref2 = 0;
+  for (int k = 0; k < 2; ++k) {
+    const DType wt = k == 0 ? DType::q8_w : DType::q8_wr;
+    const auto a = test::quantize(quant::activation_type(wt), x);
+    // The rotated activations decode back to x (the rotation is undone exactly up to f32).
+    // The rotated activations decode back to x up to the rounding of the codes: rms
+    // error below the per-token step of Q8_T over sqrt(12) (the rotation keeps norms).
+    const auto back = test::dequantize(quant::activation_type(wt), a.data(), n);
+    double back2 = 0;
+    for (int64_t i = 0; i < n; ++i) back2 += std::pow(double(back[size_t(i)]) - x[size_t(i)], 2);
+    INFO(quant::type_name(wt) << ": rms error of the decoded activations " << std::sqrt(back2 / double(n)));
+    CHECK(std::sqrt(back2 / double(n)) <= 60.0 / 127 / std::sqrt(12.0) * 1.1);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row(w.begin() + r * n, w.begin() + (r + 1) * n);
+      const auto q = test::quantize(wt, row);
+      // Against the decoded weights: what is left is the activations' rounding.
+      const auto wq = test::dequantize(wt, q.data(), n);
+      double exact = 0;
+      for (int64_t i = 0; i < n; ++i) exact += double(wq[size_t(i)]) * double(x[size_t(i)]);
+      const double got = quant::dot_row(wt, q.data(), a.data(), n);
+      err2[k] += (got - exact) * (got - exact);
+      if (k == 0) ref2 += exact * exact;
+    }
+  }
+  const double rel_w = std::sqrt(err2[0] / ref2), rel_wr = std::sqrt(err2[1] / ref2);
+  INFO("relative rms error of the products: Q8_W " << rel_w << ", Q8_WR " << rel_wr);
+  CHECK(rel_wr < 0.4 * rel_w);
 }
 
 TEST_CASE("dot_row equals the dot product of the dequantized rows", "[quant][dot]") {

@@ -127,6 +127,7 @@ TEST_CASE("the gate's next wider type and its round order", "[quantize][gate]") 
   CHECK(q::wider_type(DType::q6_k, DType::f16, 256) == DType::q8_0);
   CHECK(q::wider_type(DType::q8_0, DType::f16, 256) == DType::f16);
   CHECK(q::wider_type(DType::q8_w, DType::f16, 256) == DType::q8_0);
+  CHECK(q::wider_type(DType::q8_wr, DType::f16, 256) == DType::q8_0);
   CHECK(q::wider_type(DType::q8_0, DType::f32, 256) == DType::f16);
   CHECK(q::wider_type(DType::q8_0, DType::bf16, 256) == DType::bf16);
   CHECK_FALSE(q::wider_type(DType::f16, DType::f32, 256).has_value());

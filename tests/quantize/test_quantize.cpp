@@ -342,6 +342,20 @@ TEST_CASE("Q8_W (W8A8) files load and run as close to the source as Q8_0", "[qua
   INFO("relative rms logit error " << error << ", Q8_0's " << q8_0_error);
   CHECK(error > 0.0);
   CHECK(error < 3.0 * q8_0_error);
+
+  // Q8_WR: the same on rotated weights and activations; its tensors decode to the
+  // original basis, so the file runs as close to the source.
+  const ember::QuantizeReport rotated = quantize(llama_f16(), dir / "q8_wr.gguf", QuantRecipe::q8_wr);
+  CHECK(rotated.file_type == 1104u);
+  int64_t wr = 0;
+  const ember::gguf::File rotated_file = ember::gguf::File::open(dir / "q8_wr.gguf");
+  for (const ember::gguf::TensorInfo& t : rotated_file.tensors())
+    wr += t.name.find("blk.") == 0 && t.type == DType::q8_wr;
+  CHECK(wr == 4 * 7);
+  const double error_wr = rms_error(logits_of(dir / "q8_wr.gguf"), source);
+  INFO("Q8_WR: relative rms logit error " << error_wr);
+  CHECK(error_wr > 0.0);
+  CHECK(error_wr < 3.0 * q8_0_error);
   fs::remove_all(dir);
 }
 

@@ -5,10 +5,13 @@
 // Without VNNI the products go through Q8_0's sign trick (|w| * sign(a, w) by
 // vpmaddubsw, no int16 overflow at 2 * 127 * 127); with AVX-VNNI vpdpbusd takes |w|
 // and the sign-adjusted activation codes directly.
+#include <vector>
+
 #include "cpu/kernels/avx2/blocks32.hpp"
 #include "cpu/kernels/avx2/rows8.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
+#include "quant/kv_formats.hpp"
 
 namespace ember::cpu::EMBER_AVX2_NS {
 namespace {
@@ -74,10 +77,26 @@ void quantize_q8_t(const float* x, void* dst, int64_t n) {
 constexpr int kTileW = 3, kTileX = 2;
 constexpr DotTileFn kPlain = dot_tile<StepQ8W, kTileW, kTileX>;
 
+void quantize_q8_tr(const float* x, void* dst, int64_t n) {
+  thread_local std::vector<float> rotated;
+  rotated.assign(x, x + n);
+  quant::kv::rotate_groups(rotated.data(), n, quant::ref::kQ8WRGroup);
+  quantize_q8_t(rotated.data(), dst, n);
+}
+
+void dequantize_wr(const void* src, float* dst, int64_t n) { quant::ref::dequantize_q8_wr(src, dst, n); }
+
 }  // namespace
 
 extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quantize_q8_t,
                                     dot<StepQ8W>,       kPlain,             dequantize,
+                                    kTileW,             kTileX,             {},
+                                    nullptr,            {},                 kPlain};
+
+// Q8_WR (lib/quant/q8_wr.cpp): Q8_W's kernels on rotated weights, the activations rotated
+// by the reference rotation (the same f32 values at every level), then quantized as Q8_T.
+extern const WeightKernels kQ8_WR = {quant::DType::q8_wr, quant::DType::q8_tr, quantize_q8_tr,
+                                    dot<StepQ8W>,       kPlain,             dequantize_wr,
                                     kTileW,             kTileX,             {},
                                     nullptr,            {},                 kPlain};
 

@@ -7,9 +7,12 @@
 // 16) takes the per-token step below, which sums a whole row's code products in int32
 // lanes and scales once, as the AVX2 level does; rows16_one (rows16's one-token form)
 // serves batch-invariant decode.
+#include <vector>
+
 #include "cpu/kernels/avx512/rows16.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
+#include "quant/kv_formats.hpp"
 
 namespace ember::cpu::avx512 {
 namespace {
@@ -98,10 +101,25 @@ constexpr WeightKernels::Packed kRows16 = rows16_invariant<Rows16Q8, OneQ8, kPla
 constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pack, kRows16.dot_tile, kRows16.tile_w,
                                                   kRows16.tile_x, false};
 
+void quantize_q8_tr(const float* x, void* dst, int64_t n) {
+  thread_local std::vector<float> rotated;
+  rotated.assign(x, x + n);
+  quant::kv::rotate_groups(rotated.data(), n, quant::ref::kQ8WRGroup);
+  quantize_q8_t(rotated.data(), dst, n);
+}
+
+void dequantize_wr(const void* src, float* dst, int64_t n) { quant::ref::dequantize_q8_wr(src, dst, n); }
+
 }  // namespace
 
 extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quantize_q8_t, dot<StepQ8W>, kPlain,
                                     dequantize,         kTileW,             kTileX,        kRows16Prefill, nullptr,
+                                    kRows16};
+
+// Q8_WR (lib/quant/q8_wr.cpp): Q8_W's kernels on rotated weights, the activations rotated
+// by the reference rotation (the same f32 values at every level), then quantized as Q8_T.
+extern const WeightKernels kQ8_WR = {quant::DType::q8_wr, quant::DType::q8_tr, quantize_q8_tr, dot<StepQ8W>, kPlain,
+                                    dequantize_wr,         kTileW,             kTileX,        kRows16Prefill, nullptr,
                                     kRows16};
 
 }  // namespace ember::cpu::avx512

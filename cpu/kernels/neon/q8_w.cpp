@@ -6,11 +6,14 @@
 // and token. At the i8mm level batches take pairs of rows x pairs of tokens with SMMLA,
 // also summed in int32 to the end. Integer sums are exact, so every level gives the
 // reference's bits.
+#include <vector>
+
 #include "common/fp16.hpp"
 #include "cpu/kernels/neon/blocks32.hpp"
 #include "cpu/kernels/neon/mmla.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
+#include "quant/kv_formats.hpp"
 
 namespace ember::cpu::EMBER_NEON_NS {
 namespace {
@@ -83,9 +86,24 @@ void quantize_q8_t(const float* x, void* dst, int64_t n) {
 
 constexpr int kTileW = 4, kTileX = 2;
 
+void quantize_q8_tr(const float* x, void* dst, int64_t n) {
+  thread_local std::vector<float> rotated;
+  rotated.assign(x, x + n);
+  quant::kv::rotate_groups(rotated.data(), n, quant::ref::kQ8WRGroup);
+  quantize_q8_t(rotated.data(), dst, n);
+}
+
+void dequantize_wr(const void* src, float* dst, int64_t n) { quant::ref::dequantize_q8_wr(src, dst, n); }
+
 }  // namespace
 
 extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quantize_q8_t, dot<StepQ8W>,
+                                    dot_tile_mmla<StepQ8W, MmlaQ8W, kTileW, kTileX>, quant::ref::dequantize_q8_w,
+                                    kTileW, kTileX, {}, nullptr, {}, dot_tile<StepQ8W, kTileW, kTileX>};
+
+// Q8_WR (lib/quant/q8_wr.cpp): Q8_W's kernels on rotated weights, the activations rotated
+// by the reference rotation (the same f32 values at every level), then quantized as Q8_T.
+extern const WeightKernels kQ8_WR = {quant::DType::q8_wr, quant::DType::q8_tr, quantize_q8_tr, dot<StepQ8W>,
                                     dot_tile_mmla<StepQ8W, MmlaQ8W, kTileW, kTileX>, quant::ref::dequantize_q8_w,
                                     kTileW, kTileX, {}, nullptr, {}, dot_tile<StepQ8W, kTileW, kTileX>};
 

@@ -28,6 +28,7 @@ constexpr void (*activation_quantizer(quant::DType a))(const float*, void*, int6
     case quant::DType::q8_1: return quant::ref::quantize_q8_1;
     case quant::DType::q8_k: return quant::ref::quantize_q8_k;
     case quant::DType::q8_t: return quant::ref::quantize_q8_t;
+    case quant::DType::q8_tr: return quant::ref::quantize_q8_tr;
     default: return copy_f32;
   }
 }
