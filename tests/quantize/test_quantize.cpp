@@ -356,6 +356,14 @@ TEST_CASE("Q8_W (W8A8) files load and run as close to the source as Q8_0", "[qua
   INFO("Q8_WR: relative rms logit error " << error_wr);
   CHECK(error_wr > 0.0);
   CHECK(error_wr < 3.0 * q8_0_error);
+  // GPTQ has no grid for it (its columns would have to run in the rotated basis).
+  ember::QuantizeOptions gptq;
+  gptq.recipe = QuantRecipe::q8_wr;
+  gptq.method = ember::QuantMethod::gptq;
+  gptq.calibration_text = "unused";
+  expect_error([&] { ember::quantize_model(llama_f16().string(), (dir / "gptq.gguf").string(), gptq); },
+               ErrorCode::unsupported, "not Q8_WR");
+  CHECK_FALSE(fs::exists(dir / "gptq.gguf"));
   fs::remove_all(dir);
 }
 

@@ -104,7 +104,7 @@ extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quan
 // Q8_WR (lib/quant/q8_wr.cpp): Q8_W's kernels on rotated weights, the activations rotated
 // by the reference rotation (the same f32 values at every level), then quantized as Q8_T.
 extern const WeightKernels kQ8_WR = {quant::DType::q8_wr, quant::DType::q8_tr, quantize_q8_tr, dot<StepQ8W>,
-                                    dot_tile_mmla<StepQ8W, MmlaQ8W, kTileW, kTileX>, quant::ref::dequantize_q8_w,
+                                    dot_tile_mmla<StepQ8W, MmlaQ8W, kTileW, kTileX>, dequantize_wr,
                                     kTileW, kTileX, {}, nullptr, {}, dot_tile<StepQ8W, kTileW, kTileX>};
 
 }  // namespace ember::cpu::EMBER_NEON_NS
