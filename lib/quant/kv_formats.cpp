@@ -104,7 +104,7 @@ namespace {
 
 // sigma_j = -1 where bit j of kSigns is set (G = 64 only): the first 64 bits of the
 // fraction of pi.
-constexpr uint64_t kSigns = 0x243F6A8885A308D3ull;
+constexpr uint64_t kSigns = kRotationSigns64;
 
 // In place, per group: v = H_G v / sqrt(G), the butterflies then one multiply.
 void hadamard_groups(float* v, int64_t n, int group) {

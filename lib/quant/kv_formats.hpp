@@ -100,6 +100,8 @@ inline bool is_int4o(DType type) { return type == DType::kv_q4o_g32 || type == D
 // In place, for each group of `group` (32 or 64) values: v = R_G v (signs, butterflies,
 // multiply by s_G), the INT4 formats' rotation (see above), and its inverse v = R_G^T v
 // (butterflies, multiply, signs). `n` is a multiple of `group`.
+// sigma_j of R_64: -1 where bit j is set.
+inline constexpr uint64_t kRotationSigns64 = 0x243F6A8885A308D3ull;
 void rotate_groups(float* v, int64_t n, int group);
 void unrotate_groups(float* v, int64_t n, int group);
 

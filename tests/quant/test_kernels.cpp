@@ -109,6 +109,25 @@ TEST_CASE("quantize_activations is bit-exact with lib/quant", "[kernels]") {
   }
 }
 
+TEST_CASE("Q8_TR's rotation is the reference's at every level, zeros and outliers included", "[kernels][q8_wr]") {
+  // The SIMD levels rotate with their own butterflies; the codes must be lib/quant's.
+  for (Isa isa : ember::cpu::available_isas()) {
+    const auto& k = ember::cpu::weight_kernels(isa, DType::q8_wr);
+    for (int64_t n : {int64_t(64), int64_t(640), int64_t(2048)}) {
+      INFO(label(isa, DType::q8_wr, n));
+      auto x = test::random_values(n, 77 + uint32_t(n));
+      for (int64_t i = 0; i < n; i += 7) x[size_t(i)] = 0.0f;
+      for (int64_t i = 3; i < n; i += 11) x[size_t(i)] = -0.0f;
+      x[size_t(n / 3)] = 300.0f;
+      x[size_t(n / 2)] = -250.0f;
+      const auto expected = test::quantize(DType::q8_tr, x);
+      std::vector<std::byte> got(expected.size(), std::byte{0x5a});
+      k.quantize_activations(x.data(), got.data(), n);
+      CHECK(std::memcmp(got.data(), expected.data(), expected.size()) == 0);
+    }
+  }
+}
+
 TEST_CASE("dequantize kernels are bit-exact with lib/quant", "[kernels]") {
   for (Isa isa : ember::cpu::available_isas()) {
     for (DType type : quant::weight_types()) {

@@ -77,10 +77,50 @@ void quantize_q8_t(const float* x, void* dst, int64_t n) {
 constexpr int kTileW = 3, kTileX = 2;
 constexpr DotTileFn kPlain = dot_tile<StepQ8W, kTileW, kTileX>;
 
+// One butterfly stage inside each register: lanes j and j + h (h = 1, 2, 4) become
+// x_j + x_{j+h} and x_j - x_{j+h}, each the reference's single add or subtract.
+template <int kStage>
+__m256 butterfly_in(__m256 r) {
+  __m256 swapped;
+  if constexpr (kStage == 1) swapped = _mm256_permute_ps(r, 0xB1);
+  else if constexpr (kStage == 2) swapped = _mm256_permute_ps(r, 0x4E);
+  else swapped = _mm256_permute2f128_ps(r, r, 1);
+  constexpr int kHigh = kStage == 1 ? 0xAA : kStage == 2 ? 0xCC : 0xF0;
+  return _mm256_blend_ps(_mm256_add_ps(r, swapped), _mm256_sub_ps(swapped, r), kHigh);
+}
+
+// quant::kv::rotate_groups(x, n, 64) into `out`, bit for bit: signs, the six butterfly
+// stages in the same order (1, 2, 4 inside registers; 8, 16, 32 between them), * 1/8.
+void rotate64(const float* x, float* out, int64_t n) {
+  alignas(32) static const uint32_t masks[64] = {
+#define S(j) ((quant::kv::kRotationSigns64 >> (j)) & 1 ? 0x80000000u : 0u)
+#define S8(j) S(j), S(j + 1), S(j + 2), S(j + 3), S(j + 4), S(j + 5), S(j + 6), S(j + 7)
+      S8(0), S8(8), S8(16), S8(24), S8(32), S8(40), S8(48), S8(56)};
+#undef S8
+#undef S
+  const __m256 eighth = _mm256_set1_ps(0.125f);
+  for (int64_t g = 0; g < n; g += 64) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256 sign = _mm256_load_ps(reinterpret_cast<const float*>(masks + 8 * k));
+      r[k] = butterfly_in<4>(butterfly_in<2>(butterfly_in<1>(_mm256_xor_ps(_mm256_loadu_ps(x + g + 8 * k), sign))));
+    }
+    for (int h = 1; h < 8; h *= 2)
+      for (int i = 0; i < 8; i += 2 * h)
+        for (int k = i; k < i + h; ++k) {
+          const __m256 a = r[k], c = r[k + h];
+          r[k] = _mm256_add_ps(a, c);
+          r[k + h] = _mm256_sub_ps(a, c);
+        }
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + g + 8 * k, _mm256_mul_ps(r[k], eighth));
+  }
+}
+
 void quantize_q8_tr(const float* x, void* dst, int64_t n) {
+  static_assert(quant::ref::kQ8WRGroup == 64);
   thread_local std::vector<float> rotated;
-  rotated.assign(x, x + n);
-  quant::kv::rotate_groups(rotated.data(), n, quant::ref::kQ8WRGroup);
+  rotated.resize(size_t(n));
+  rotate64(x, rotated.data(), n);
   quantize_q8_t(rotated.data(), dst, n);
 }
 

@@ -7,6 +7,7 @@
 // 16) takes the per-token step below, which sums a whole row's code products in int32
 // lanes and scales once, as the AVX2 level does; rows16_one (rows16's one-token form)
 // serves batch-invariant decode.
+#include <cstdint>
 #include <vector>
 
 #include "cpu/kernels/avx512/rows16.hpp"
@@ -101,10 +102,48 @@ constexpr WeightKernels::Packed kRows16 = rows16_invariant<Rows16Q8, OneQ8, kPla
 constexpr WeightKernels::Packed kRows16Prefill = {kRows16.row_bytes, kRows16.pack, kRows16.dot_tile, kRows16.tile_w,
                                                   kRows16.tile_x, false};
 
+// One butterfly stage inside each register: lanes j and j + h (h = 1, 2, 4, 8) become
+// x_j + x_{j+h} and x_j - x_{j+h}, each the reference's single add or subtract.
+template <int kStage>
+__m512 butterfly_in(__m512 r) {
+  __m512 swapped;
+  if constexpr (kStage == 1) swapped = _mm512_permute_ps(r, 0xB1);
+  else if constexpr (kStage == 2) swapped = _mm512_permute_ps(r, 0x4E);
+  else if constexpr (kStage == 4) swapped = _mm512_shuffle_f32x4(r, r, 0xB1);
+  else swapped = _mm512_shuffle_f32x4(r, r, 0x4E);
+  constexpr __mmask16 kHigh = kStage == 1 ? 0xAAAA : kStage == 2 ? 0xCCCC : kStage == 4 ? 0xF0F0 : 0xFF00;
+  return _mm512_mask_sub_ps(_mm512_add_ps(r, swapped), kHigh, swapped, r);
+}
+
+// quant::kv::rotate_groups(x, n, 64) into `out`, bit for bit: signs, the six butterfly
+// stages in the same order (1, 2, 4, 8 inside registers; 16, 32 between them), * 1/8.
+void rotate64(const float* x, float* out, int64_t n) {
+  const __m512 eighth = _mm512_set1_ps(0.125f);
+  for (int64_t g = 0; g < n; g += 64) {
+    __m512 r[4];
+    for (int k = 0; k < 4; ++k) {
+      const auto flip = __mmask16((quant::kv::kRotationSigns64 >> (16 * k)) & 0xFFFF);
+      // The sign bit flipped (exact negation, -0 for +0 as the reference's v = -v).
+      const __m512i v = _mm512_loadu_si512(x + g + 16 * k);
+      const __m512 signed_v = _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, flip, v, _mm512_set1_epi32(INT32_MIN)));
+      r[k] = butterfly_in<8>(butterfly_in<4>(butterfly_in<2>(butterfly_in<1>(signed_v))));
+    }
+    for (int h = 1; h < 4; h *= 2)
+      for (int i = 0; i < 4; i += 2 * h)
+        for (int k = i; k < i + h; ++k) {
+          const __m512 a = r[k], c = r[k + h];
+          r[k] = _mm512_add_ps(a, c);
+          r[k + h] = _mm512_sub_ps(a, c);
+        }
+    for (int k = 0; k < 4; ++k) _mm512_storeu_ps(out + g + 16 * k, _mm512_mul_ps(r[k], eighth));
+  }
+}
+
 void quantize_q8_tr(const float* x, void* dst, int64_t n) {
+  static_assert(quant::ref::kQ8WRGroup == 64);
   thread_local std::vector<float> rotated;
-  rotated.assign(x, x + n);
-  quant::kv::rotate_groups(rotated.data(), n, quant::ref::kQ8WRGroup);
+  rotated.resize(size_t(n));
+  rotate64(x, rotated.data(), n);
   quantize_q8_t(rotated.data(), dst, n);
 }
 
