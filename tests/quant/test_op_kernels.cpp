@@ -104,6 +104,13 @@ TEST_CASE("op kernels: one table per level, selected by EMBER_CPU_ISA", "[kernel
       CHECK(k.gemm_nn != s.gemm_nn);
       for (const quant::DType type : {quant::DType::kv_q8_g32, quant::DType::kv_q4_g64})
         CHECK(k.kv_rows(type)->dot != s.kv_rows(type)->dot);
+      // The fused decode-attention kernels: every vector level has its own (x86 and NEON).
+      CHECK((k.scores_f16 != nullptr && k.scores_f16 != s.scores_f16));
+      CHECK((k.pv_f16 != nullptr && k.pv_f16 != s.pv_f16));
+      CHECK((k.scores_q8 != nullptr && k.scores_q8 != s.scores_q8));
+      CHECK((k.pv_q8 != nullptr && k.pv_q8 != s.pv_q8));
+      CHECK((k.scores_q4 != nullptr && k.scores_q4 != s.scores_q4));
+      CHECK((k.pv_q4 != nullptr && k.pv_q4 != s.pv_q4));
     }
   }
   // Distinct op levels have distinct tables (the vector levels run their own code).

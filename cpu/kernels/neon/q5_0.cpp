@@ -1,5 +1,5 @@
 // ARM64 kernels of Q5_0 weights (x = d * (q - 16), 5-bit q) with Q8_0 activations.
-#include "cpu/kernels/neon/blocks32.hpp"
+#include "cpu/kernels/neon/rows8_lanes.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -21,11 +21,13 @@ struct Q5_0 {
 using Step = StepQ8_0<Q5_0>;
 
 constexpr int kTileW = 3, kTileX = 2;
+// One token: the step kernel (rows_whole); batches: rows8_lanes.hpp, 8 rows per pass,
+// the lane tiles for the rows after the last whole group of 8.
+constexpr DotTileFn kBatches = dot_tile_rows8_lanes<rows8_lanes32<Q5_0>, dot_tile_lanes<Step, kTileW, kTileX>>;
 
 }  // namespace
 
 extern const WeightKernels kQ5_0 = {quant::DType::q5_0, quant::DType::q8_0, quantize_q8_0, dot<Step>,
-                                    dot_tile_lanes<Step, kTileW, kTileX>, quant::ref::dequantize_q5_0, kTileW,
-                                    kTileX, {}};
+                                    kBatches, quant::ref::dequantize_q5_0, kRows8Lanes, kTileX, {}};
 
 }  // namespace ember::cpu::EMBER_NEON_NS

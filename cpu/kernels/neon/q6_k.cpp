@@ -1,5 +1,5 @@
 // ARM64 kernels of Q6_K weights with Q8_K activations (see blocks256.hpp).
-#include "cpu/kernels/neon/blocks256.hpp"
+#include "cpu/kernels/neon/rows8_lanes.hpp"
 #include "cpu/kernels/tile.hpp"
 #include "quant/formats.hpp"
 
@@ -69,11 +69,13 @@ struct Step {
 };
 
 constexpr int kTileW = 2, kTileX = 2;
+// One token: the step kernel (rows_whole); batches: rows8_lanes.hpp, 8 rows per pass,
+// the lane tiles for the rows after the last whole group of 8.
+constexpr DotTileFn kBatches = dot_tile_rows8_lanes<rows8_q6_k<unpack_codes>, dot_tile_lanes<Step, kTileW, kTileX>>;
 
 }  // namespace
 
 extern const WeightKernels kQ6_K = {quant::DType::q6_k, quant::DType::q8_k, quantize_q8_k, dot<Step>,
-                                    dot_tile_lanes<Step, kTileW, kTileX>, quant::ref::dequantize_q6_k, kTileW,
-                                    kTileX, {}};
+                                    kBatches, quant::ref::dequantize_q6_k, kRows8Lanes, kTileX, {}};
 
 }  // namespace ember::cpu::EMBER_NEON_NS

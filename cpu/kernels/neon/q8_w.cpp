@@ -86,10 +86,48 @@ void quantize_q8_t(const float* x, void* dst, int64_t n) {
 
 constexpr int kTileW = 4, kTileX = 2;
 
+// Butterfly stage H (1 or 2) inside a register of 4 values: lanes j and j + H of each
+// pair become a + c and a - c (a = lane j, c = lane j + H).
+template <int H>
+inline float32x4_t butterfly_in(float32x4_t r) {
+  const float32x4_t swapped = H == 1 ? vrev64q_f32(r) : vextq_f32(r, r, 2);
+  const uint32x4_t high = H == 1 ? vreinterpretq_u32_u64(vdupq_n_u64(0xFFFFFFFF00000000ull))
+                                 : vcombine_u32(vdup_n_u32(0), vdup_n_u32(0xFFFFFFFFu));
+  return vbslq_f32(high, vsubq_f32(swapped, r), vaddq_f32(r, swapped));
+}
+
+// quant::kv::rotate_groups(x, n, 64) into `out`, bit for bit, as the x86 levels' rotate64:
+// the signs, the six butterfly stages in the reference's order (1 and 2 inside the 16
+// registers of a group, 4 to 32 between them), then * 1/8.
+void rotate64(const float* x, float* out, int64_t n) {
+  static_assert(quant::ref::kQ8WRGroup == 64);
+  alignas(16) static const uint32_t masks[64] = {
+#define S(j) ((quant::kv::kRotationSigns64 >> (j)) & 1 ? 0x80000000u : 0u)
+#define S8(j) S(j), S(j + 1), S(j + 2), S(j + 3), S(j + 4), S(j + 5), S(j + 6), S(j + 7)
+      S8(0), S8(8), S8(16), S8(24), S8(32), S8(40), S8(48), S8(56)};
+#undef S8
+#undef S
+  for (int64_t g = 0; g < n; g += 64) {
+    float32x4_t r[16];
+    for (int k = 0; k < 16; ++k) {
+      const uint32x4_t v = veorq_u32(vreinterpretq_u32_f32(vld1q_f32(x + g + 4 * k)), vld1q_u32(masks + 4 * k));
+      r[k] = butterfly_in<2>(butterfly_in<1>(vreinterpretq_f32_u32(v)));
+    }
+    for (int h = 1; h < 16; h *= 2)
+      for (int i = 0; i < 16; i += 2 * h)
+        for (int k = i; k < i + h; ++k) {
+          const float32x4_t a = r[k], c = r[k + h];
+          r[k] = vaddq_f32(a, c);
+          r[k + h] = vsubq_f32(a, c);
+        }
+    for (int k = 0; k < 16; ++k) vst1q_f32(out + g + 4 * k, vmulq_n_f32(r[k], 0.125f));
+  }
+}
+
 void quantize_q8_tr(const float* x, void* dst, int64_t n) {
   thread_local std::vector<float> rotated;
-  rotated.assign(x, x + n);
-  quant::kv::rotate_groups(rotated.data(), n, quant::ref::kQ8WRGroup);
+  rotated.resize(size_t(n));
+  rotate64(x, rotated.data(), n);
   quantize_q8_t(rotated.data(), dst, n);
 }
 
@@ -102,7 +140,7 @@ extern const WeightKernels kQ8_W = {quant::DType::q8_w, quant::DType::q8_t, quan
                                     kTileW, kTileX, {}, nullptr, {}, dot_tile<StepQ8W, kTileW, kTileX>};
 
 // Q8_WR (lib/quant/q8_wr.cpp): Q8_W's kernels on rotated weights, the activations rotated
-// by the reference rotation (the same f32 values at every level), then quantized as Q8_T.
+// by rotate64 (the reference rotation's f32 values at every level), then quantized as Q8_T.
 extern const WeightKernels kQ8_WR = {quant::DType::q8_wr, quant::DType::q8_tr, quantize_q8_tr, dot<StepQ8W>,
                                     dot_tile_mmla<StepQ8W, MmlaQ8W, kTileW, kTileX>, dequantize_wr,
                                     kTileW, kTileX, {}, nullptr, {}, dot_tile<StepQ8W, kTileW, kTileX>};

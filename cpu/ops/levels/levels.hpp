@@ -141,6 +141,10 @@ op_signature::Gemm16 gemm16;
 op_signature::GemmNt gemm_nt;
 op_signature::GemmNn gemm_nn;
 op_signature::KvRows kv_rows;
+op_signature::ScoresF16 scores_f16;  // attention_decode.cpp
+op_signature::PvF16 pv_f16;
+op_signature::ScoresQ8 scores_q8, scores_q4;
+op_signature::PvQ8 pv_q8, pv_q4;
 }  // namespace neon
 #endif
 

@@ -171,12 +171,12 @@ extern const OpKernels kOps = {
     .gemm_nt = gemm_nt,
     .gemm_nn = gemm_nn,
     .kv_rows = kv_rows,
-    .scores_f16 = nullptr,  // the decoded-tile path
-    .pv_f16 = nullptr,
-    .scores_q8 = nullptr,
-    .pv_q8 = nullptr,
-    .scores_q4 = nullptr,
-    .pv_q4 = nullptr,
+    .scores_f16 = scores_f16,
+    .pv_f16 = pv_f16,
+    .scores_q8 = scores_q8,
+    .pv_q8 = pv_q8,
+    .scores_q4 = scores_q4,
+    .pv_q4 = pv_q4,
 };
 }  // namespace neon
 #endif
