@@ -102,6 +102,16 @@ inline bool is_int4o(DType type) { return type == DType::kv_q4o_g32 || type == D
 // (butterflies, multiply, signs). `n` is a multiple of `group`.
 // sigma_j of R_64: -1 where bit j is set.
 inline constexpr uint64_t kRotationSigns64 = 0x243F6A8885A308D3ull;
+// The same signs as f32 sign-bit masks (0x80000000 where sigma_j = -1), for the SIMD
+// rotations that flip a register's signs with one XOR (cpu/kernels/*/q8_w.cpp).
+struct alignas(64) RotationSignMasks {
+  uint32_t bits[64];
+};
+inline constexpr RotationSignMasks kRotationSignMasks64 = [] {
+  RotationSignMasks m{};
+  for (int j = 0; j < 64; ++j) m.bits[j] = (kRotationSigns64 >> j) & 1 ? 0x80000000u : 0u;
+  return m;
+}();
 void rotate_groups(float* v, int64_t n, int group);
 void unrotate_groups(float* v, int64_t n, int group);
 

@@ -92,12 +92,7 @@ __m256 butterfly_in(__m256 r) {
 // quant::kv::rotate_groups(x, n, 64) into `out`, bit for bit: signs, the six butterfly
 // stages in the same order (1, 2, 4 inside registers; 8, 16, 32 between them), * 1/8.
 void rotate64(const float* x, float* out, int64_t n) {
-  alignas(32) static const uint32_t masks[64] = {
-#define S(j) ((quant::kv::kRotationSigns64 >> (j)) & 1 ? 0x80000000u : 0u)
-#define S8(j) S(j), S(j + 1), S(j + 2), S(j + 3), S(j + 4), S(j + 5), S(j + 6), S(j + 7)
-      S8(0), S8(8), S8(16), S8(24), S8(32), S8(40), S8(48), S8(56)};
-#undef S8
-#undef S
+  const uint32_t* masks = quant::kv::kRotationSignMasks64.bits;  // 64-byte aligned
   const __m256 eighth = _mm256_set1_ps(0.125f);
   for (int64_t g = 0; g < n; g += 64) {
     __m256 r[8];

@@ -101,12 +101,7 @@ inline float32x4_t butterfly_in(float32x4_t r) {
 // registers of a group, 4 to 32 between them), then * 1/8.
 void rotate64(const float* x, float* out, int64_t n) {
   static_assert(quant::ref::kQ8WRGroup == 64);
-  alignas(16) static const uint32_t masks[64] = {
-#define S(j) ((quant::kv::kRotationSigns64 >> (j)) & 1 ? 0x80000000u : 0u)
-#define S8(j) S(j), S(j + 1), S(j + 2), S(j + 3), S(j + 4), S(j + 5), S(j + 6), S(j + 7)
-      S8(0), S8(8), S8(16), S8(24), S8(32), S8(40), S8(48), S8(56)};
-#undef S8
-#undef S
+  const uint32_t* masks = quant::kv::kRotationSignMasks64.bits;  // 64-byte aligned
   for (int64_t g = 0; g < n; g += 64) {
     float32x4_t r[16];
     for (int k = 0; k < 16; ++k) {

@@ -69,16 +69,6 @@ inline void load_codes(const std::byte* rec, int j, int8x16_t q[2][8]) {
   }
 }
 
-// acc lane r += dot(bytes 4r .. 4r + 3 of q, bytes 4L .. 4L + 3 of y).
-template <int L>
-inline int32x4_t dot_lane(int32x4_t acc, int8x16_t q, int8x16_t y) {
-#if defined(__ARM_FEATURE_DOTPROD)
-  return vdotq_laneq_s32(acc, q, y, L);
-#else
-  return dot4(acc, q, vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(y), L)));
-#endif
-}
-
 // One sub-block's integer sums for 4 rows against activation codes y0 (values 0-15) and
 // y1 (16-31). Exact, so the grouping changes no bit.
 inline int32x4_t dot_sub(int32x4_t acc, const int8x16_t q[8], int8x16_t y0, int8x16_t y1) {

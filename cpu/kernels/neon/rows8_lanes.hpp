@@ -21,7 +21,6 @@
 
 #include "cpu/kernels/neon/blocks256.hpp"
 #include "cpu/kernels/neon/blocks32.hpp"
-#include "cpu/kernels/neon/rows8.hpp"
 
 namespace ember::cpu::EMBER_NEON_NS {
 namespace {
@@ -41,7 +40,7 @@ inline void transpose4x4(const int8x16_t in[4], int8x16_t out[4]) {
   out[3] = vreinterpretq_s8_s64(vtrn2q_s64(t1, t3));
 }
 
-// Lane r: the dot of dword r of q with dword L of y (rows8.hpp's dot_lane from zero).
+// Lane r: the dot of dword r of q with dword L of y (simd.hpp's dot_lane from zero).
 template <int L>
 inline int32x4_t dot_lane0(int8x16_t q, int8x16_t y) {
   return dot_lane<L>(vdupq_n_s32(0), q, y);

@@ -51,6 +51,16 @@ inline int32x4_t dot4(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #endif
 }
 
+// acc lane r += dot(bytes 4r .. 4r + 3 of q, bytes 4L .. 4L + 3 of y).
+template <int L>
+inline int32x4_t dot_lane(int32x4_t acc, int8x16_t q, int8x16_t y) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_laneq_s32(acc, q, y, L);
+#else
+  return dot4(acc, q, vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(y), L)));
+#endif
+}
+
 // Eight float lanes (lo: lanes 0-3, hi: 4-7) added as quant::Lanes8::sum: the upper
 // four onto the lower four, then lanes 2-3 onto 0-1, then lane 1 onto lane 0.
 inline float lanes8_sum(float32x4_t lo, float32x4_t hi) {
