@@ -20,6 +20,13 @@
 //   attention_gemma/<cache type>/ctx:C/tokens:1/threads:T
 //       the same at Gemma 3's shape (4 query heads, 1 KV head of 256 values): decode at
 //       C = 4096 and 16384 (its global layers at depth)
+//   attention_passes/<part>/threads:1
+//       the two passes of a lone token's F16 attention alone (OpKernels::scores_f16
+//       then pv_f16 over chunks of 512 cells, 32 rows per call, TinyLlama's shape), one
+//       thread, to tell compute from memory: part "kernels_hot" repeats one chunk
+//       (from L2), "kernels_stream" walks a cache larger than L3 with the op's software
+//       prefetch (rows 64 cells ahead into L2), "prefetch_only" issues that prefetch
+//       and runs no kernel (docs/long-context.md)
 //
 // Each iteration of matmul uses the next of several copies of the matrix, together
 // larger than the last-level cache, so that weights come from memory as in a real
@@ -40,6 +47,7 @@
 #include <vector>
 
 #include "backend/host_buffer.hpp"
+#include "cpu/kernels/op_kernels.hpp"
 #include "cpu/kernels/repack.hpp"
 #include "cpu/ops/ops.hpp"
 #include "quant/quant.hpp"
@@ -267,8 +275,64 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
   report(state, 2.0 * double(cache_bytes), 4.0 * n_head * head_dim * visible);
 }
 
+// The passes of the lone-token F16 path (attention_flash.cpp's run_lone) without the
+// softmax, merge and tables: part 0 kernels on one L2-resident chunk, 1 kernels over a
+// streamed cache with the op's prefetch, 2 the prefetch alone.
+void bench_attention_passes(benchmark::State& state, int part) {
+  const AttentionShape shape = kTinyLlamaAttention;
+  const int group = shape.heads / shape.heads_kv, hd = shape.head_dim, n_kv = shape.heads_kv;
+  constexpr int kChunk = 512, kRows = 32, kAhead = 64;
+  const size_t row = size_t(n_kv) * hd;  // F16 values per cache row
+  const size_t cells = part == 0 ? size_t(kChunk) : kStreamBytes / 2 / (row * 2) / kChunk * kChunk;
+  std::vector<uint16_t> k(cells * row, 0x3c00), v(cells * row, 0x3800);  // 1.0, 0.5
+  std::vector<float> q(size_t(shape.heads) * hd, 0.01f), s(size_t(shape.heads) * kChunk, 1.0f / kChunk),
+      acc(size_t(shape.heads) * hd);
+  const auto& ops = ember::cpu::op_kernels(ember::cpu::best_isa());
+  const auto prefetch = [&](const std::vector<uint16_t>& cache, size_t cell) {
+    const auto* p = reinterpret_cast<const char*>(cache.data() + cell * row);
+    for (size_t off = 0; off < row * 2; off += 64) __builtin_prefetch(p + off, 0, 1);
+  };
+  const bool run_kernels = part != 2, stream = part != 0;
+  const uint16_t* rows[kRows];
+  for (auto _ : state) {
+    for (size_t c0 = 0; c0 < cells; c0 += kChunk) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const std::vector<uint16_t>& cache = pass == 0 ? k : v;
+        for (int j0 = 0; j0 < kChunk; j0 += kRows)
+          for (int h = 0; h < n_kv; ++h) {
+            if (stream) {  // the op's schedule: rows kAhead cells on, the key pass running into the values
+              for (int j = j0 + kAhead + h * kRows / n_kv; j < j0 + kAhead + (h + 1) * kRows / n_kv; ++j) {
+                if (j < kChunk) prefetch(cache, c0 + size_t(j));
+                else if (pass == 0) prefetch(v, c0 + size_t(j - kChunk));
+              }
+            }
+            if (!run_kernels) continue;
+            for (int j = 0; j < kRows; ++j) rows[j] = cache.data() + (c0 + size_t(j0 + j)) * row + size_t(h) * hd;
+            if (pass == 0)
+              ops.scores_f16(q.data() + size_t(h) * group * hd, group, hd, rows, kRows, 0.125f,
+                             s.data() + size_t(h) * group * kChunk + j0, kChunk);
+            else
+              ops.pv_f16(s.data() + size_t(h) * group * kChunk + j0, kChunk, group, hd, rows, kRows,
+                         acc.data() + size_t(h) * group * hd);
+          }
+      }
+    }
+    benchmark::DoNotOptimize(acc.data());
+  }
+  report(state, double(cells * row * 2 * 2), run_kernels ? 4.0 * shape.heads * hd * double(cells) : 0.0);
+}
+
 void register_all() {
   benchmark::RegisterBenchmark("mem_read", bench_mem_read)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
+  if (ember::cpu::op_kernels(ember::cpu::best_isa()).scores_f16 != nullptr) {
+    const char* parts[] = {"kernels_hot", "kernels_stream", "prefetch_only"};
+    for (int part = 0; part < 3; ++part)
+      benchmark::RegisterBenchmark(("attention_passes/" + std::string(parts[part])).c_str(), bench_attention_passes, part)
+          ->Arg(1)
+          ->ArgName("threads")
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+  }
   for (DType type : ember::quant::weight_types()) {
     for (const Shape shape : kShapes) {
       for (Isa isa : ember::cpu::available_isas()) {
