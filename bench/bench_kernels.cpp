@@ -20,10 +20,10 @@
 //   attention_gemma/<cache type>/ctx:C/tokens:1/threads:T
 //       the same at Gemma 3's shape (4 query heads, 1 KV head of 256 values): decode at
 //       C = 4096 and 16384 (its global layers at depth)
-//   attention_passes/<part>/threads:1
+//   attention_passes/<shape>/<part>/threads:1
 //       the two passes of a lone token's F16 attention alone (OpKernels::scores_f16
-//       then pv_f16 over chunks of 512 cells, 32 rows per call, TinyLlama's shape), one
-//       thread, to tell compute from memory: part "kernels_hot" repeats one chunk
+//       then pv_f16 over chunks of 512 cells, 32 rows per call; shape "tinyllama" or
+//       "gemma" as above), one thread, to tell compute from memory: part "kernels_hot" repeats one chunk
 //       (from L2), "kernels_stream" walks a cache larger than L3 with the op's software
 //       prefetch (rows 64 cells ahead into L2), "prefetch_only" issues that prefetch
 //       and runs no kernel (docs/long-context.md)
@@ -44,6 +44,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/host_buffer.hpp"
@@ -278,8 +279,7 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
 // The passes of the lone-token F16 path (attention_flash.cpp's run_lone) without the
 // softmax, merge and tables: part 0 kernels on one L2-resident chunk, 1 kernels over a
 // streamed cache with the op's prefetch, 2 the prefetch alone.
-void bench_attention_passes(benchmark::State& state, int part) {
-  const AttentionShape shape = kTinyLlamaAttention;
+void bench_attention_passes(benchmark::State& state, AttentionShape shape, int part) {
   const int group = shape.heads / shape.heads_kv, hd = shape.head_dim, n_kv = shape.heads_kv;
   constexpr int kChunk = 512, kRows = 32, kAhead = 64;
   const size_t row = size_t(n_kv) * hd;  // F16 values per cache row
@@ -326,12 +326,14 @@ void register_all() {
   benchmark::RegisterBenchmark("mem_read", bench_mem_read)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
   if (ember::cpu::op_kernels(ember::cpu::best_isa()).scores_f16 != nullptr) {
     const char* parts[] = {"kernels_hot", "kernels_stream", "prefetch_only"};
-    for (int part = 0; part < 3; ++part)
-      benchmark::RegisterBenchmark(("attention_passes/" + std::string(parts[part])).c_str(), bench_attention_passes, part)
-          ->Arg(1)
-          ->ArgName("threads")
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+    for (const auto& [shape_name, shape] : {std::pair{"tinyllama", kTinyLlamaAttention}, std::pair{"gemma", kGemmaAttention}})
+      for (int part = 0; part < 3; ++part)
+        benchmark::RegisterBenchmark(("attention_passes/" + std::string(shape_name) + "/" + parts[part]).c_str(),
+                                     bench_attention_passes, shape, part)
+            ->Arg(1)
+            ->ArgName("threads")
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
   }
   for (DType type : ember::quant::weight_types()) {
     for (const Shape shape : kShapes) {
