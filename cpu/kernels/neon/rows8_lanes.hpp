@@ -14,7 +14,8 @@
 // the results their bits for every token count. The transposed codes of a block serve
 // every token of the call (up to kRows8Tokens per pass; the lanes live on the stack).
 //
-// Decode (one token) keeps the lane tiles of the step kernels, as x86 does.
+// Decode (one token) goes through the step kernel's whole-row path (`rows_whole`, via
+// `dot_tile_lanes`), as x86 does.
 #pragma once
 
 #include <algorithm>
