@@ -36,6 +36,7 @@
 // The whole program takes long; select with --benchmark_filter (docs/performance.md).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -284,12 +285,17 @@ void bench_attention_passes(benchmark::State& state, AttentionShape shape, int p
   constexpr int kChunk = 512, kRows = 32, kAhead = 64;
   const size_t row = size_t(n_kv) * hd;  // F16 values per cache row
   const size_t cells = part == 0 ? size_t(kChunk) : kStreamBytes / 2 / (row * 2) / kChunk * kChunk;
-  std::vector<uint16_t> k(cells * row, 0x3c00), v(cells * row, 0x3800);  // 1.0, 0.5
+  // Host buffers like the KV pool's (huge pages where the system gives them).
+  HostBuffer k_buffer(cells * row * 2), v_buffer(cells * row * 2);
+  auto* k = reinterpret_cast<uint16_t*>(k_buffer.host_data());
+  auto* v = reinterpret_cast<uint16_t*>(v_buffer.host_data());
+  std::fill(k, k + cells * row, uint16_t(0x3c00));  // 1.0
+  std::fill(v, v + cells * row, uint16_t(0x3800));  // 0.5
   std::vector<float> q(size_t(shape.heads) * hd, 0.01f), s(size_t(shape.heads) * kChunk, 1.0f / kChunk),
       acc(size_t(shape.heads) * hd);
   const auto& ops = ember::cpu::op_kernels(ember::cpu::best_isa());
-  const auto prefetch = [&](const std::vector<uint16_t>& cache, size_t cell) {
-    const auto* p = reinterpret_cast<const char*>(cache.data() + cell * row);
+  const auto prefetch = [&](const uint16_t* cache, size_t cell) {
+    const auto* p = reinterpret_cast<const char*>(cache + cell * row);
     for (size_t off = 0; off < row * 2; off += 64) __builtin_prefetch(p + off, 0, 1);
   };
   const bool run_kernels = part != 2, stream = part != 0;
@@ -297,7 +303,7 @@ void bench_attention_passes(benchmark::State& state, AttentionShape shape, int p
   for (auto _ : state) {
     for (size_t c0 = 0; c0 < cells; c0 += kChunk) {
       for (int pass = 0; pass < 2; ++pass) {
-        const std::vector<uint16_t>& cache = pass == 0 ? k : v;
+        const uint16_t* cache = pass == 0 ? k : v;
         for (int j0 = 0; j0 < kChunk; j0 += kRows)
           for (int h = 0; h < n_kv; ++h) {
             if (stream) {  // the op's schedule: rows kAhead cells on, the key pass running into the values
@@ -307,7 +313,7 @@ void bench_attention_passes(benchmark::State& state, AttentionShape shape, int p
               }
             }
             if (!run_kernels) continue;
-            for (int j = 0; j < kRows; ++j) rows[j] = cache.data() + (c0 + size_t(j0 + j)) * row + size_t(h) * hd;
+            for (int j = 0; j < kRows; ++j) rows[j] = cache + (c0 + size_t(j0 + j)) * row + size_t(h) * hd;
             if (pass == 0)
               ops.scores_f16(q.data() + size_t(h) * group * hd, group, hd, rows, kRows, 0.125f,
                              s.data() + size_t(h) * group * kChunk + j0, kChunk);
