@@ -1,8 +1,11 @@
 // Reference arithmetic of the KV-cache formats; the layout is specified in kv_formats.hpp.
 #include "quant/kv_formats.hpp"
 
+#include "quant/kv_pages.hpp"
+
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/fp16.hpp"
 
@@ -282,6 +285,60 @@ void decode_q4_stored(const void* src, float* dst, int64_t n, int group) {
 void dequantize_q4(const void* src, float* dst, int64_t n, int group) {
   decode_q4_stored(src, dst, n, group);
   unrotate_groups(dst, n, group);
+}
+
+// Per-channel key pages (kv_pages.hpp).
+void quantize_key_page(const float* src, int n_rows, int page_tokens, int64_t width, void* page) {
+  auto* out = static_cast<uint8_t*>(page);
+  uint8_t* codes = out + 4 * width;
+  std::memset(codes, 0, size_t(page_tokens) * size_t(width) / 2);
+  for (int64_t c = 0; c < width; ++c) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < n_rows; ++j) {
+      const float x = src[j * width + c];
+      lo = x < lo ? x : lo, hi = x > hi ? x : hi;  // NaN ignored
+    }
+    const uint16_t m = fp16_round_down(lo);
+    const float mf = fp16_to_fp32(m);
+    const uint16_t d = hi > mf ? fp16_round_up((hi - mf) / 15.0f) : uint16_t(0);
+    const float df = fp16_to_fp32(d);
+    store_u16(out + 2 * c, m);
+    store_u16(out + 2 * (width + c), d);
+    if (df == 0.0f) continue;
+    const int shift = int(c & 1) * 4;
+    for (int j = 0; j < n_rows; ++j) {
+      const int q = round_clamp((src[j * width + c] - mf) / df, 0.0f, 15.0f);
+      codes[size_t(j) * size_t(width / 2) + size_t(c / 2)] |= uint8_t(q << shift);
+    }
+  }
+}
+
+void dequantize_key_page_row(const void* page, int j, int64_t width, float* dst) {
+  const auto* in = static_cast<const uint8_t*>(page);
+  const uint8_t* row = in + 4 * width + size_t(j) * size_t(width / 2);
+  for (int64_t c = 0; c < width; ++c) {
+    const float m = fp16_to_fp32(load_u16(in + 2 * c)), d = fp16_to_fp32(load_u16(in + 2 * (width + c)));
+    const int q = (row[c / 2] >> (int(c & 1) * 4)) & 15;
+    dst[c] = d * float(q) + m;
+  }
+}
+
+void key_page_scores(const float* q, int64_t c0, int64_t n, const void* page, int64_t width, int n_rows,
+                     float scale, float* s) {
+  const auto* in = static_cast<const uint8_t*>(page);
+  // The per-page part: the query scaled by the steps, and its dot product with the minimums.
+  std::vector<float> qs(static_cast<size_t>(n));
+  float base = 0.0f;
+  for (int64_t c = 0; c < n; ++c) {
+    qs[size_t(c)] = q[c] * fp16_to_fp32(load_u16(in + 2 * (width + c0 + c)));
+    base += q[c] * fp16_to_fp32(load_u16(in + 2 * (c0 + c)));
+  }
+  for (int j = 0; j < n_rows; ++j) {
+    const uint8_t* row = in + 4 * width + size_t(j) * size_t(width / 2) + size_t(c0 / 2);
+    float acc = 0.0f;
+    for (int64_t c = 0; c < n; ++c) acc += qs[size_t(c)] * float((row[c / 2] >> (int(c & 1) * 4)) & 15);
+    s[j] = scale * (acc + base);
+  }
 }
 
 }  // namespace ember::quant::kv

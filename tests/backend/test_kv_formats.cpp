@@ -20,6 +20,7 @@
 #include "cpu/ops/kv_rows.hpp"
 #include "op_helpers.hpp"
 #include "quant/kv_formats.hpp"
+#include "quant/kv_pages.hpp"
 
 namespace {
 
@@ -355,6 +356,122 @@ TEST_CASE("kv formats: round-trip error bounds", "[kv][quant]") {
     CHECK(worst <= 1.0);
     // The bound is tight, not vacuous (an rms error reaches less of a max bound).
     CHECK(worst >= (int4 ? 0.4 : 0.5));
+  }
+}
+
+TEST_CASE("kv key pages: layout, rounding and the codes of unused rows", "[kv][quant]") {
+  // Three rows of 4 channels in a page of 4 rows: channel 0 spans [-1, 14] (m = -1, d = 1
+  // exactly), channel 1 is constant, channel 2 spans [0, 7.5] (d = 0.5), channel 3 [2, 32]
+  // (d = 2); row 2 holds ties, which round half to even.
+  const int64_t width = 4;
+  const std::vector<float> x = {-1.0f, 3.0f, 0.0f,  2.0f,   //
+                                14.0f, 3.0f, 7.5f,  32.0f,  //
+                                0.5f,  3.0f, 0.25f, 3.0f};
+  REQUIRE(quant::kv::key_page_bytes(4, width) == 16 + 8);
+  std::vector<uint8_t> page(quant::kv::key_page_bytes(4, width), 0xAB);
+  quant::kv::quantize_key_page(x.data(), 3, 4, width, page.data());
+  const auto half = [&](size_t off) { return uint16_t(page[off] | (page[off + 1] << 8)); };
+  CHECK(half(0) == 0xbc00);   // m0 = -1
+  CHECK(half(2) == 0x4200);   // m1 = 3
+  CHECK(half(4) == 0x0000);   // m2 = 0
+  CHECK(half(6) == 0x4000);   // m3 = 2
+  CHECK(half(8) == 0x3c00);   // d0 = 1
+  CHECK(half(10) == 0x0000);  // d1 = 0: constant channel
+  CHECK(half(12) == 0x3800);  // d2 = 0.5
+  CHECK(half(14) == 0x4000);  // d3 = 30 / 15 = 2
+  // Codes, channel 0 in the low nibble: row 0 all 0; row 1 15, 0, 15, 15; row 2
+  // round(1.5) = 2, 0, round(0.5) = 0, round(0.5) = 0; row 3 was not given: zero.
+  CHECK(page[16] == 0x00);
+  CHECK(page[17] == 0x00);
+  CHECK(page[18] == 0x0f);
+  CHECK(page[19] == 0xff);
+  CHECK(page[20] == 0x02);
+  CHECK(page[21] == 0x00);
+  CHECK(page[22] == 0x00);
+  CHECK(page[23] == 0x00);
+  std::vector<float> row(4);
+  quant::kv::dequantize_key_page_row(page.data(), 1, width, row.data());
+  CHECK(row == std::vector<float>{14.0f, 3.0f, 7.5f, 32.0f});
+  quant::kv::dequantize_key_page_row(page.data(), 2, width, row.data());
+  CHECK(row == std::vector<float>{1.0f, 3.0f, 0.0f, 2.0f});
+}
+
+TEST_CASE("kv key pages: error bound, scores, and slowly turning large channels", "[kv][quant]") {
+  // Keys like Gemma's: channels ~N(0, 1) plus rope pairs of channels 30x larger turning
+  // slowly with the position. Down a page such a channel keeps a small range; within a
+  // row it sets the range of its group.
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t width = 2 * 64;  // two heads of 64
+  for (int page_tokens : {16, 32}) {
+    for (int n_rows : {page_tokens, 7}) {
+      const int n_pages = 8;
+      std::vector<float> x(size_t(n_pages * page_tokens) * size_t(width));
+      for (int t = 0; t < n_pages * page_tokens; ++t)
+        for (int64_t c = 0; c < width; ++c) {
+          float v = normal(rng);
+          if (c % 64 == 10 || c % 64 == 11)  // a rope pair: 30 cos / 30 sin of 0.01 t
+            v += 30.0f * (c % 2 == 0 ? std::cos(0.01f * float(t)) : std::sin(0.01f * float(t)));
+          x[size_t(t) * size_t(width) + size_t(c)] = v;
+        }
+      double err2 = 0.0, energy_small = 0.0, worst = 0.0, worst_score = 0.0;
+      size_t counted = 0;
+      std::vector<uint8_t> page(quant::kv::key_page_bytes(page_tokens, width), 0);
+      std::vector<float> y(static_cast<size_t>(width)), q(64), s(static_cast<size_t>(page_tokens));
+      for (int p = 0; p < n_pages; ++p) {
+        const float* src = x.data() + size_t(p * page_tokens) * size_t(width);
+        quant::kv::quantize_key_page(src, n_rows, page_tokens, width, page.data());
+        for (int64_t c = 0; c < width; ++c) {  // every value within D / 2 of its original
+          float lo = INFINITY, hi = -INFINITY;
+          for (int j = 0; j < n_rows; ++j) lo = std::min(lo, src[j * width + c]), hi = std::max(hi, src[j * width + c]);
+          const double step = (hi - lo) / 15.0 * 1.002 + 1e-3 * std::abs(lo) + 1e-6;
+          for (int j = 0; j < n_rows; ++j) {
+            quant::kv::dequantize_key_page_row(page.data(), j, width, y.data());
+            worst = std::max(worst, std::abs(double(y[size_t(c)]) - src[j * width + c]) / (step / 2));
+          }
+        }
+        for (int j = 0; j < n_rows; ++j) {
+          quant::kv::dequantize_key_page_row(page.data(), j, width, y.data());
+          for (int64_t c = 0; c < width; ++c) {
+            const double e = double(y[size_t(c)]) - src[j * width + c];
+            err2 += e * e;
+            if (c % 64 != 10 && c % 64 != 11) energy_small += double(src[j * width + c]) * src[j * width + c];
+            ++counted;
+          }
+        }
+        // Scores of one query against head 1: the dot product with the decoded rows.
+        for (float& v : q) v = normal(rng);
+        quant::kv::key_page_scores(q.data(), 64, 64, page.data(), width, n_rows, 0.125f, s.data());
+        for (int j = 0; j < n_rows; ++j) {
+          quant::kv::dequantize_key_page_row(page.data(), j, width, y.data());
+          double dot = 0.0, mag = 0.0;
+          for (int c = 0; c < 64; ++c) dot += double(q[size_t(c)]) * y[size_t(64 + c)], mag += std::abs(q[size_t(c)] * y[size_t(64 + c)]);
+          worst_score = std::max(worst_score, std::abs(double(s[size_t(j)]) - 0.125 * dot) / (0.125 * mag));
+        }
+      }
+      INFO("page " << page_tokens << ", rows " << n_rows << ": worst error / (D / 2) " << worst
+                   << ", score error / magnitude " << worst_score);
+      CHECK(worst <= 1.0);
+      CHECK(worst >= 0.5);  // the bound is reached, not vacuous
+      CHECK(worst_score <= 1e-5);
+      // Against INT4 g32 rows of the same keys (rotated groups, the row format of today's
+      // INT4 cache): the per-channel pages lose less.
+      const std::vector<float> rows(x.begin(), x.begin() + ptrdiff_t(n_pages * page_tokens) * width);
+      const std::vector<float> back = dequantize(DType::kv_q4_g32, quantize(DType::kv_q4_g32, rows), rows.size());
+      double row_err2 = 0.0;
+      size_t row_counted = 0;
+      for (int p = 0; p < n_pages; ++p)
+        for (int j = 0; j < n_rows; ++j)
+          for (int64_t c = 0; c < width; ++c) {
+            const size_t i = size_t(p * page_tokens + j) * size_t(width) + size_t(c);
+            row_err2 += double(back[i] - rows[i]) * (back[i] - rows[i]);
+            ++row_counted;
+          }
+      const double rms = std::sqrt(err2 / double(counted)), row_rms = std::sqrt(row_err2 / double(row_counted));
+      INFO("rms error: pages " << rms << ", INT4 g32 rows " << row_rms << ", small channels' rms "
+                               << std::sqrt(energy_small / double(counted)));
+      CHECK(rms < 0.8 * row_rms);
+    }
   }
 }
 
