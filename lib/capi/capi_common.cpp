@@ -1,7 +1,9 @@
 // C API: statuses, the last error, versions, the buffer protocol and conversions.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "capi/capi.hpp"
 #include "common/fail.hpp"
@@ -64,18 +66,29 @@ SamplerOptions to_cpp(const ember_sampler_options& o) {
   return s;
 }
 
+// The value a C caller stored in an enum field, read as its underlying integer: a C
+// program may store any int there, and loading a value outside the enumerators through
+// the C++ enum type is undefined (and -fstrict-enums may drop the range check).
+template <typename E>
+int64_t enum_value(const E& field) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &field, sizeof v);
+  return int64_t(v);
+}
+
 KVCacheOptions to_cpp(const ember_kv_options& o) {
   KVCacheOptions k;
   k.max_tokens = o.max_tokens;
-  require(o.storage >= EMBER_KV_F16 && o.storage <= EMBER_KV_K8V4, "ember_kv_options.storage has an unknown value {}",
-          int(o.storage));
-  require(o.eviction >= EMBER_EVICT_NONE && o.eviction <= EMBER_EVICT_H2O,
-          "ember_kv_options.eviction has an unknown value {}", int(o.eviction));
+  const int64_t storage = enum_value(o.storage), eviction = enum_value(o.eviction);
+  require(storage >= EMBER_KV_F16 && storage <= EMBER_KV_K8V4, "ember_kv_options.storage has an unknown value {}",
+          storage);
+  require(eviction >= EMBER_EVICT_NONE && eviction <= EMBER_EVICT_H2O,
+          "ember_kv_options.eviction has an unknown value {}", eviction);
   static constexpr KVStorage kStorage[] = {KVStorage::f16, KVStorage::f32, KVStorage::int8, KVStorage::int4,
                                                KVStorage::int4o, KVStorage::k8v4};
   static constexpr KVEviction kEviction[] = {KVEviction::none, KVEviction::streaming, KVEviction::h2o};
-  k.storage = kStorage[o.storage];
-  k.eviction = kEviction[o.eviction];
+  k.storage = kStorage[storage];
+  k.eviction = kEviction[eviction];
   k.group_size = o.group_size;
   k.sinks = o.sinks;
   k.window = o.window;
@@ -104,11 +117,12 @@ GenerateOptions to_cpp(const ember_generate_options& o) {
   g.add_bos = o.add_bos != 0;
   g.parse_special = o.parse_special != 0;
   g.logprobs = o.logprobs != 0;
-  require(o.draft_kind >= EMBER_DRAFT_NONE && o.draft_kind <= EMBER_DRAFT_SELF,
-          "ember_generate_options.draft_kind has an unknown value {}", int(o.draft_kind));
+  const int64_t draft_kind = enum_value(o.draft_kind);
+  require(draft_kind >= EMBER_DRAFT_NONE && draft_kind <= EMBER_DRAFT_SELF,
+          "ember_generate_options.draft_kind has an unknown value {}", draft_kind);
   static constexpr DraftKind kKinds[] = {DraftKind::none, DraftKind::model, DraftKind::lookup, DraftKind::self};
   SpeculativeOptions& s = g.speculative;
-  s.kind = kKinds[o.draft_kind];
+  s.kind = kKinds[draft_kind];
   if (o.draft_model) s.draft_model = o.draft_model->model;
   s.draft_max = o.draft_max;
   s.draft_min = o.draft_min;

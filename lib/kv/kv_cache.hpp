@@ -224,6 +224,8 @@ class KVCache {
     std::vector<std::pair<int, int32_t>> moved;  // (layer, cell)
   };
 
+  // load(): throws invalid_argument where a layer's tables do not fit next_idx.
+  static void check_cells(const Layer& l, int32_t next_idx, int layer);
   int32_t slot(const Layer& l, int32_t cell) const {
     return l.pages[size_t(cell / page_tokens())] * page_tokens() + cell % page_tokens();
   }

@@ -1,4 +1,6 @@
 // KVCache state blobs: one sequence's tables and the rows of its cells, and back.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/fail.hpp"
@@ -38,7 +40,7 @@ struct Reader {
     if (n > max_elems) fail(ErrorCode::invalid_argument, "KV state: a table of {} entries is too large", n);
     need(n * sizeof(T));
     std::vector<T> v(n);
-    std::memcpy(v.data(), data.data() + at, n * sizeof(T));
+    if (n != 0) std::memcpy(v.data(), data.data() + at, n * sizeof(T));
     at += n * sizeof(T);
     return v;
   }
@@ -60,6 +62,29 @@ std::string storage_name(const PoolConfig& pc) {
 }
 
 }  // namespace
+
+// What a saved layer's tables must satisfy for the cache to use them: every live cell
+// holds a token index below next_idx, each index at most once, at a position below
+// next_idx (moved sinks sit before the window, never after the newest token); scores
+// are finite; dropped_max is -1 or an index already given out.
+void KVCache::check_cells(const Layer& l, int32_t next_idx, int layer) {
+  std::vector<int32_t> seen;
+  seen.reserve(size_t(l.live));
+  for (size_t c = 0; c < l.pos.size(); ++c) {
+    if (!std::isfinite(l.score[c]))
+      fail(ErrorCode::invalid_argument, "KV state: layer {} cell {} has a score of {}", layer, c, l.score[c]);
+    if (l.pos[c] < 0) continue;
+    if (l.idx[c] < 0 || l.idx[c] >= next_idx || l.pos[c] >= next_idx)
+      fail(ErrorCode::invalid_argument, "KV state: layer {} cell {} holds token {} at position {}, but only {} tokens exist",
+           layer, c, l.idx[c], l.pos[c], next_idx);
+    seen.push_back(l.idx[c]);
+  }
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+    fail(ErrorCode::invalid_argument, "KV state: layer {} holds a token twice", layer);
+  if (l.dropped_max < -1 || l.dropped_max >= next_idx)
+    fail(ErrorCode::invalid_argument, "KV state: layer {} dropped token {} of {}", layer, l.dropped_max, next_idx);
+}
 
 void KVCache::save(int32_t seq, std::string& out) const {
   const PoolConfig& pc = pool_->config();
@@ -139,6 +164,7 @@ void KVCache::load(int32_t seq, std::string_view blob) {
       if (l.pos.size() != l.idx.size() || l.score.size() != l.idx.size() || live != l.live ||
           s.sink_keys[size_t(layer)].size() != s.sink_orig_pos[size_t(layer)].size() * size_t(pc.k_width))
         fail(ErrorCode::invalid_argument, "KV state: inconsistent tables in layer {}", layer);
+      check_cells(l, next_idx, layer);
       const auto n_pages = int32_t((l.pos.size() + size_t(pc.page_tokens) - 1) / size_t(pc.page_tokens));
       r.need(size_t(n_pages) * size_t(pc.page_tokens) * (k_row + v_row));
       l.pages = pool_->acquire(n_pages);
@@ -153,8 +179,11 @@ void KVCache::load(int32_t seq, std::string_view blob) {
       }
     }
     const auto moved = r.get_vec<int32_t>(1 << 24);
+    if (moved.size() % 2 != 0) fail(ErrorCode::invalid_argument, "KV state: bad sink record");
     for (size_t i = 0; i + 1 < moved.size(); i += 2) {
-      if (moved[i] < 0 || moved[i] >= n_layer) fail(ErrorCode::invalid_argument, "KV state: bad sink record");
+      if (moved[i] < 0 || moved[i] >= n_layer || moved[i + 1] < 0 ||
+          size_t(moved[i + 1]) >= s.layers[size_t(moved[i])].pos.size())
+        fail(ErrorCode::invalid_argument, "KV state: bad sink record");
       s.moved.emplace_back(moved[i], moved[i + 1]);
     }
     if (r.at != blob.size()) fail(ErrorCode::invalid_argument, "KV state: {} unexpected trailing bytes", blob.size() - r.at);

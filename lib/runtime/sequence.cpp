@@ -226,6 +226,9 @@ void Sequence::restore(std::vector<int32_t> tokens, size_t n_evaluated, std::vec
   const int32_t scratch = ex_.new_sequence_id();
   try {
     cache_.load(scratch, kv_blob);
+    if (cache_.next_index(scratch) != int64_t(n_evaluated))
+      fail(ErrorCode::invalid_argument, "session state: {} tokens evaluated, but its KV cache holds {}", n_evaluated,
+           cache_.next_index(scratch));
   } catch (...) {
     cache_.remove(scratch);
     throw;

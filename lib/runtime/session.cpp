@@ -328,15 +328,20 @@ void Session::load_state(std::string_view blob) {
   if (n_tokens > (uint64_t(1) << 28)) fail(ErrorCode::invalid_argument, "session state: {} tokens", n_tokens);
   std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
   const std::string_view tok_bytes = r.bytes(n_tokens * sizeof(int32_t));
-  std::memcpy(tokens.data(), tok_bytes.data(), tok_bytes.size());
+  if (!tok_bytes.empty()) std::memcpy(tokens.data(), tok_bytes.data(), tok_bytes.size());
+  const int32_t n_vocab = s.m.loaded->hparams.n_vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= n_vocab)
+      fail(ErrorCode::invalid_argument, "session state: token {} is {}, outside the vocabulary of {}", i, tokens[i],
+           n_vocab);
   const auto n_evaluated = r.get<uint64_t>();
   const auto logits_for = r.get<uint64_t>();
   const auto n_logits = r.get<uint64_t>();
-  if (n_evaluated > n_tokens || (n_logits != 0 && n_logits != uint64_t(s.m.loaded->hparams.n_vocab)))
+  if (n_evaluated > n_tokens || (n_logits != 0 && (n_logits != uint64_t(n_vocab) || logits_for >= n_evaluated)))
     fail(ErrorCode::invalid_argument, "session state: inconsistent counts");
   std::vector<float> logits(static_cast<size_t>(n_logits));
   const std::string_view logit_bytes = r.bytes(n_logits * sizeof(float));
-  std::memcpy(logits.data(), logit_bytes.data(), logit_bytes.size());
+  if (!logit_bytes.empty()) std::memcpy(logits.data(), logit_bytes.data(), logit_bytes.size());
   const std::string_view kv_blob = r.bytes(r.get<uint64_t>());
   if (r.at != r.data.size()) fail(ErrorCode::invalid_argument, "session state: unexpected trailing bytes");
 

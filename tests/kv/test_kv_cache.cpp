@@ -1,6 +1,7 @@
 // The paged KV cache on its own: page tables, sliding windows, eviction, forks,
 // rewinds and state blobs, checked against invariants and against the row
 // contents (every live cell must still hold the row written for its token).
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -320,6 +321,30 @@ TEST_CASE("a saved sequence restores with the same rows; bad blobs are typed err
     const auto used = h.pool->stats().pages_used;
     CHECK_THROWS_AS(b.load(7, std::string_view(blob).substr(0, cut)), Error);
     CHECK(h.pool->stats().pages_used == used);
+  }
+  // Tables that do not fit the sequence are refused, and nothing stays allocated. The
+  // blob: a 32-byte header, next_idx (i32), then layer 0's live and dropped_max (i32)
+  // and its idx table (u64 count, i32 entries); cells 0 and 1 hold the two sinks.
+  const auto patched = [&](size_t offset, int32_t value) {
+    std::string bad = blob;
+    std::memcpy(bad.data() + offset, &value, 4);
+    return bad;
+  };
+  int32_t next_idx = 0, idx0 = 0;
+  std::memcpy(&next_idx, blob.data() + 32, 4);
+  std::memcpy(&idx0, blob.data() + 52, 4);
+  REQUIRE(next_idx == 25);
+  const std::pair<std::string, const char*> tampered[] = {
+      {patched(32, 1), "only 1 tokens exist"},           // next_idx below the tokens held
+      {patched(52, -5), "holds token -5"},               // a negative token index
+      {patched(56, idx0), "holds a token twice"},        // two cells with one token
+      {patched(40, next_idx), "dropped token 25 of 25"}, // a drop of a token never placed
+  };
+  for (const auto& [bad, message] : tampered) {
+    const auto used = h.pool->stats().pages_used;
+    test::expect_error([&] { b.load(9, bad); }, ErrorCode::invalid_argument, message);
+    CHECK(h.pool->stats().pages_used == used);
+    CHECK(b.n_cells(9) == 0);
   }
   auto other = make_pool(*h.be, 50, 8);
   kv::KVCache c(other, *h.be, config(kv::Eviction::streaming, 12, 2));

@@ -307,12 +307,44 @@ TEST_CASE("saved state restores to identical logits; bad blobs are typed errors"
     // A version-1 blob (before keys were centred): F16 caches still load it, INT8/INT4
     // caches refuse it by name. The version follows the 8-byte magic; the checksum
     // (FNV-1a of everything before it) is recomputed for the patched blob.
+    const auto reseal = [](std::string& patched) {
+      uint64_t h = 1469598103934665603ull;
+      for (size_t i = 0; i + 8 < patched.size(); ++i) h = (h ^ static_cast<unsigned char>(patched[i])) * 1099511628211ull;
+      std::memcpy(patched.data() + patched.size() - 8, &h, 8);
+    };
     std::string v1 = blob;
     const uint32_t one = 1;
     std::memcpy(v1.data() + 8, &one, 4);
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i + 8 < v1.size(); ++i) h = (h ^ static_cast<unsigned char>(v1[i])) * 1099511628211ull;
-    std::memcpy(v1.data() + v1.size() - 8, &h, 8);
+    reseal(v1);
+    // Blobs that pass the checksum but do not describe a session of this model: a token
+    // outside the vocabulary, logits of a token not evaluated, fewer tokens evaluated
+    // than the KV cache holds. The token list follows its u64 count.
+    std::string needle(8, '\0');
+    const uint64_t n_ids = ids.size();
+    std::memcpy(needle.data(), &n_ids, 8);
+    needle.append(reinterpret_cast<const char*>(ids.data()), 4 * ids.size());
+    const size_t at = blob.find(needle);
+    REQUIRE(at != std::string::npos);
+    const size_t counts = at + needle.size();  // u64 n_evaluated, u64 logits_for
+    const auto patch = [&](size_t offset, const void* value, size_t bytes) {
+      std::string bad = blob;
+      std::memcpy(bad.data() + offset, value, bytes);
+      reseal(bad);
+      return bad;
+    };
+    const int32_t minus_one = -1, vocab = int32_t(model->info().n_vocab);
+    const uint64_t n_eval = ids.size(), fewer = ids.size() - 1;
+    expect_error([&] { b->load_state(patch(at + 8, &minus_one, 4)); }, ErrorCode::invalid_argument,
+                 "outside the vocabulary");
+    expect_error([&] { b->load_state(patch(at + 12, &vocab, 4)); }, ErrorCode::invalid_argument,
+                 "outside the vocabulary");
+    expect_error([&] { b->load_state(patch(counts + 8, &n_eval, 8)); }, ErrorCode::invalid_argument,
+                 "inconsistent counts");
+    std::string short_eval = patch(counts, &fewer, 8);
+    const uint64_t last = fewer - 1;
+    std::memcpy(short_eval.data() + counts + 8, &last, 8);
+    reseal(short_eval);
+    expect_error([&] { b->load_state(short_eval); }, ErrorCode::invalid_argument, "its KV cache holds");
     if (storage == KVStorage::f16) {
       auto c = model->new_session(opts);
       c->load_state(v1);
