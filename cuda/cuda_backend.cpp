@@ -148,6 +148,11 @@ class CudaBackend final : public backend::Backend {
   }
   void attention(const backend::Tensor& q, const backend::Tensor& k_cache, const backend::Tensor& v_cache,
                  const backend::AttentionParams& params, const backend::Tensor& out) override {
+    // The kernels keep their softmax statistics in scratch and never write them out.
+    if (params.lse.rows > 0 || params.prior_out.rows > 0)
+      fail(ErrorCode::unsupported, "attention: lse and prior outputs are not implemented on CUDA");
+    if (params.exclude_recent > 0)
+      fail(ErrorCode::unsupported, "attention: exclude_recent is not implemented on CUDA");
     cuda::attention(stream_, q, k_cache, v_cache, params, out, attention_scratch_);
   }
 

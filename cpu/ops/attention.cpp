@@ -126,7 +126,7 @@ void attend_per_token(OpContext& ctx, const Tensor& q, const Tensor& k_cache, co
       // so that they do not depend on where the cache placed a position.
       by_pos.clear();
       for (int32_t c = 0; c < tab.seq_cells[seq]; ++c)
-        if (visible(pos, tab.pos_of(seq, c), p.window)) by_pos.emplace_back(tab.pos_of(seq, c), c);
+        if (visible(pos, tab.pos_of(seq, c), p.window, p.exclude_recent)) by_pos.emplace_back(tab.pos_of(seq, c), c);
       if (!std::is_sorted(by_pos.begin(), by_pos.end())) std::sort(by_pos.begin(), by_pos.end());
       slots.clear();
       cells.clear();
@@ -317,10 +317,12 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
           std::copy(src, src + int64_t(group) * hd, dst);
         }
         if (f16) round_to_f16(kernels, queries.data(), rows * hd, halves);
-        // Only cells some query of the block can see take part, in whole chunks of 16.
+        // Only cells some query of the block can see take part, in whole chunks of 16
+        // (the rest would get probability 0: leaving them out changes no sum).
         int64_t lo = n_pad, hi = 0;
         for (int64_t c = 0; c < n_cells; ++c)
-          if (visible(max_pos, cell_pos[size_t(c)], 0) && (p.window <= 0 || min_pos - cell_pos[size_t(c)] < p.window)) {
+          if (visible(max_pos, cell_pos[size_t(c)], 0, p.exclude_recent) &&
+              (p.window <= 0 || min_pos - cell_pos[size_t(c)] < p.window)) {
             lo = std::min(lo, c);
             hi = c + 1;
           }
@@ -339,7 +341,7 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
             for (int64_t j = 0; j < cols; ++j) {
               s[j] *= p.scale;
               if (p.softcap > 0.0f) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
-              if (!visible(pos, cell_pos[size_t(lo + j)], p.window)) s[j] = -std::numeric_limits<float>::infinity();
+              if (!visible(pos, cell_pos[size_t(lo + j)], p.window, p.exclude_recent)) s[j] = -std::numeric_limits<float>::infinity();
               max_score = std::max(max_score, s[j]);
             }
             if (max_score == -std::numeric_limits<float>::infinity()) {
@@ -367,6 +369,37 @@ void attend_blocked(OpContext& ctx, const Tensor& q, const Tensor& k_cache, cons
   }
 }
 
+// Writes p.lse and, with a prior, the attention over the union of the prior's cells and
+// this call's: `own_lse` [n_tok][n_head] is this call's normaliser, `out` its output.
+void merge_prior(OpContext& ctx, const backend::AttentionParams& p, const std::vector<float>& own_lse,
+                 const Tensor& out) {
+  const int n_head = p.n_head, hd = p.head_dim;
+  const bool merge = p.prior_out.rows > 0;
+  ctx.pool.parallel_for(out.rows, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int h = 0; h < n_head; ++h) {
+        float lse = own_lse[size_t(t * n_head + h)];
+        if (merge) {
+          const float prior_lse = p.prior_lse.row_ptr<float>(t)[h];
+          const float m = std::max(lse, prior_lse);
+          float* o = out.row_ptr<float>(t) + int64_t(h) * hd;
+          const float* prior = p.prior_out.row_ptr<float>(t) + int64_t(h) * hd;
+          if (m == -std::numeric_limits<float>::infinity()) {
+            std::fill(o, o + hd, 0.0f);  // neither call saw a cell: zeros, as the contract says
+          } else {
+            // The weights from their e^(l - m), so that a -inf side weighs exactly 0.
+            const float w_own = std::exp(lse - m), w_prior = std::exp(prior_lse - m);
+            const float total = w_own + w_prior;
+            const float a = w_own / total, b = w_prior / total;
+            for (int d = 0; d < hd; ++d) o[d] = a * o[d] + b * prior[d];
+            lse = m + std::log(total);
+          }
+        }
+        if (p.lse.rows > 0) p.lse.row_ptr<float>(t)[h] = lse;
+      }
+  });
+}
+
 }  // namespace
 
 void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -391,15 +424,22 @@ void attention(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Ten
 
   // Query tokens per sequence row. Quantized caches, and (outside batch-invariant mode)
   // sequences of more than kFlashMinCells cells, take the flash schedules
-  // (attention_flash.cpp); the rest llama.cpp's orders below.
+  // (attention_flash.cpp); the rest llama.cpp's orders below. An lse output or a prior
+  // sends every token to the flash schedules: only they keep each row's max and sum.
+  const bool with_lse = p.lse.rows > 0 || p.prior_out.rows > 0;
   const bool quantized = k_cache.type != backend::DType::f16 && k_cache.type != backend::DType::f32;
   std::vector<std::vector<int64_t>> by_seq(size_t(p.page_table.rows)), flash(size_t(p.page_table.rows));
   bool any_flash = false;
   for (int64_t t = 0; t < q.rows; ++t) {
     const int32_t s = tab.token_seq[t];
     const bool long_seq = !ctx.batch_invariant && tab.seq_cells[s] > kFlashMinCells;
-    (quantized || long_seq ? flash : by_seq)[size_t(s)].push_back(t);
-    any_flash = any_flash || quantized || long_seq;
+    (with_lse || quantized || long_seq ? flash : by_seq)[size_t(s)].push_back(t);
+    any_flash = any_flash || with_lse || quantized || long_seq;
+  }
+  if (with_lse) {
+    std::vector<float> own_lse(size_t(q.rows * p.n_head));
+    attention_flash(ctx, q, k_cache, v_cache, p, tab, flash, out, own_lse.data());
+    return merge_prior(ctx, p, own_lse, out);
   }
   if (any_flash) attention_flash(ctx, q, k_cache, v_cache, p, tab, flash, out);
 

@@ -28,6 +28,9 @@
 // two passes: the first finds each row's max and sum, the second computes the
 // normalised probabilities, adds them to a per-thread partial and accumulates P V. The
 // partials are added into score_acc in thread order after the parallel part.
+//
+// lse (AttentionParams::lse): each row's final max m and sum S give log S + m, written
+// where the output row is (finish(), or merge() for a split token).
 #include "cpu/ops/attention_flash.hpp"
 
 #include <algorithm>
@@ -182,8 +185,8 @@ struct Scratch {
 class Flash {
  public:
   Flash(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-        const backend::AttentionParams& p, const AttentionTables& tab, const Tensor& out)
-      : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), p_(p), tab_(tab), ops_(op_kernels(ctx.isa)),
+        const backend::AttentionParams& p, const AttentionTables& tab, const Tensor& out, float* lse)
+      : ctx_(ctx), q_(q), k_(k_cache), v_(v_cache), out_(out), lse_(lse), p_(p), tab_(tab), ops_(op_kernels(ctx.isa)),
         kfmt_(tile_format(ctx.isa, k_cache.type)), vfmt_(tile_format(ctx.isa, v_cache.type)),
         group_(p.n_head / p.n_head_kv), hd_(p.head_dim), k_head_bytes_(quant::row_bytes(k_cache.type, p.head_dim)),
         v_head_bytes_(quant::row_bytes(v_cache.type, p.head_dim)),
@@ -259,9 +262,11 @@ class Flash {
       min_pos = std::min(min_pos, tab_.token_pos[t]);
     }
     // Only cells some query of the block can see take part (positions mostly increase
-    // with the cell index; the mask handles the rest).
+    // with the cell index; the mask handles the rest): none past max_pos, or past
+    // max_pos - exclude_recent when the newest are excluded.
+    const int64_t newest = int64_t(max_pos) - std::max(p_.exclude_recent, 0);
     int64_t lo = 0, hi = int64_t(sc.pos.size());
-    while (hi > lo && sc.pos[size_t(hi - 1)] > max_pos) --hi;
+    while (hi > lo && sc.pos[size_t(hi - 1)] > newest) --hi;
     if (p_.window > 0)
       while (lo < hi && min_pos - sc.pos[size_t(lo)] >= p_.window) ++lo;
     b.lo = lo, b.hi = hi;
@@ -342,8 +347,10 @@ class Flash {
           decode_row(k_, sc.slot[size_t(c0 + j)], x.keys.data() + j * width);
           if (c0 + kTile + j < item.hi) prefetch_row(k_, sc.slot[size_t(c0 + kTile + j)]);
         }
-        // Every row sees every cell of the tile: no mask needed.
-        const bool all_visible = tile_max_pos <= min_row_pos && (p_.window <= 0 || max_row_pos - tile_min < p_.window);
+        // Every row sees every cell of the tile: no mask needed (with exclude_recent = R,
+        // every row's position is at least R past every cell's).
+        const bool all_visible = int64_t(tile_max_pos) <= int64_t(min_row_pos) - std::max(p_.exclude_recent, 0) &&
+                                 (p_.window <= 0 || max_row_pos - tile_min < p_.window);
         bool values_decoded = false;
         for (int h = 0; h < n_kv; ++h) {
           ops_.gemm_nt(int(rows), int(tc), hd, x.queries.data() + h * rows * hd, hd, x.keys.data() + h * hd,
@@ -357,7 +364,7 @@ class Flash {
               for (int64_t j = 0; j < tc; ++j) s[j] = p_.softcap * std::tanh(s[j] / p_.softcap);
             if (!all_visible)
               for (int64_t j = 0; j < tc; ++j)
-                if (!visible(pos, sc.pos[size_t(c0 + j)], p_.window)) s[j] = kNegInf;
+                if (!visible(pos, sc.pos[size_t(c0 + j)], p_.window, p_.exclude_recent)) s[j] = kNegInf;
             const float tile_max = max_of(s, tc);
             if (tile_max == kNegInf) {
               std::fill(s, s + tc, 0.0f);
@@ -424,7 +431,7 @@ class Flash {
 
     bool all_visible = true;
     for (int64_t j = 0; j < n; ++j) {
-      const bool v = visible(pos, sc.pos[size_t(lo + j)], p_.window);
+      const bool v = visible(pos, sc.pos[size_t(lo + j)], p_.window, p_.exclude_recent);
       x.lone_visible[size_t(j)] = v;
       all_visible = all_visible && v;
     }
@@ -559,11 +566,17 @@ class Flash {
       for (int64_t r = 0; r < rows; ++r) {
         const float sum = x.row_sum[size_t(h * rows + r)];
         const float scale = want_scores_ ? 1.0f : (sum > 0.0f ? 1.0f / sum : 0.0f);
-        float* dst = out_row(b.tokens[size_t(r / group)], h * group + int(r % group));
+        const int64_t t = b.tokens[size_t(r / group)];
+        const int head = h * group + int(r % group);
+        float* dst = out_row(t, head);
         const float* src = x.acc_out.data() + (h * rows + r) * hd;
         for (int d = 0; d < hd; ++d) dst[d] = src[d] * scale;
+        if (lse_ != nullptr) lse_[t * p_.n_head + head] = log_normaliser(x.row_max[size_t(h * rows + r)], sum);
       }
   }
+
+  // log(sum e^(s_j)) from the scores' max and sum e^(s_j - max); -inf for no scores.
+  static float log_normaliser(float max, float sum) { return sum > 0.0f ? max + std::log(sum) : kNegInf; }
 
   // Asks for a cache row of the next tile while this one is decoded: the rows of a tile
   // lie on a few pages, but where the next page lies is not predictable.
@@ -624,6 +637,7 @@ class Flash {
             for (int d = 0; d < hd; ++d) a[d] += w * part[head * hd + d];
           }
           ops_.scale_by(a, sum > 0.0f ? 1.0f / sum : 0.0f, hd);
+          if (lse_ != nullptr) lse_[b.tokens[0] * n_head + head] = log_normaliser(max_all, sum);
         }
         vfmt_.unrotate(acc.data(), int64_t(n_head) * hd);
         std::copy(acc.begin(), acc.end(), out_row(b.tokens[0], 0));
@@ -654,6 +668,7 @@ class Flash {
   const Tensor& k_;
   const Tensor& v_;
   const Tensor& out_;
+  float* const lse_;  // [q rows][n_head] or nullptr (see attention_flash)
   const backend::AttentionParams& p_;
   const AttentionTables& tab_;
   const OpKernels& ops_;  // the level's kernels (GEMMs, softmax and accumulation rows)
@@ -681,8 +696,8 @@ class Flash {
 
 void attention_flash(OpContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const backend::AttentionParams& p, const AttentionTables& tab,
-                     const std::vector<std::vector<int64_t>>& by_seq, const Tensor& out) {
-  Flash(ctx, q, k_cache, v_cache, p, tab, out).run(by_seq);
+                     const std::vector<std::vector<int64_t>>& by_seq, const Tensor& out, float* lse) {
+  Flash(ctx, q, k_cache, v_cache, p, tab, out, lse).run(by_seq);
 }
 
 }  // namespace ember::cpu

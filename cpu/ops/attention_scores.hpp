@@ -40,9 +40,12 @@ struct AttentionTables {
   }
 };
 
-// Whether a query at query_pos sees a cell at kv_pos (-1: empty) under `window` (0: none).
-inline bool visible(int32_t query_pos, int32_t kv_pos, int window) {
-  return kv_pos >= 0 && kv_pos <= query_pos && (window <= 0 || query_pos - kv_pos < window);
+// Whether a query at query_pos sees a cell at kv_pos (-1: empty) under `window` (0: none)
+// and `exclude_recent` (0: none; else cells less than that many positions back are
+// excluded: AttentionParams::exclude_recent).
+inline bool visible(int32_t query_pos, int32_t kv_pos, int window, int exclude_recent) {
+  return kv_pos >= 0 && kv_pos <= query_pos && (window <= 0 || query_pos - kv_pos < window) &&
+         (exclude_recent <= 0 || query_pos - kv_pos >= exclude_recent);
 }
 
 // Partials of the per-token schedule: one row [seq_cells(seq of token), n_head_kv] per

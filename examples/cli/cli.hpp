@@ -87,7 +87,7 @@ inline const std::map<std::string, std::string> kLlamaAliases = {
 //   values share one type in ember, so both must agree (q8_0 = int8 g32, q4_1 = int4 g32)
 inline const std::vector<std::string> kKVFlags = {"--kv-type", "--kv-group",     "--evict",        "--sinks",
                                                   "--window",  "--heavy",        "--recent",       "--cache-type-k",
-                                                  "--cache-type-v"};
+                                                  "--cache-type-v", "--kv-exact"};
 // Reads them into `kv` (leaving max_tokens alone). Throws UsageError for bad values.
 void apply_kv_args(const Args& args, KVCacheOptions& kv);
 // "int8 (group 32), streaming: 4 sinks + 1020 window" and the like.

@@ -196,6 +196,7 @@ void apply_kv_args(const Args& args, KVCacheOptions& kv) {
   }
   kv.group_size = int32_t(args.get_int("--kv-group", 32, 32, 64));
   if (kv.group_size != 32 && kv.group_size != 64) throw UsageError("--kv-group must be 32 or 64");
+  kv.exact_recent = int32_t(args.get_int("--kv-exact", 0, 0, 4096));
   const std::string evict = args.get_or("--evict", "none");
   if (evict == "none") {
     kv.eviction = KVEviction::none;

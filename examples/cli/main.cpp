@@ -26,6 +26,9 @@ KV options:
                                 k8v4: int8 keys, int4 values)
   -ctk, -ctv f16|f32|q8_0|q4_1  llama.cpp's spelling of the same (keys and values agree)
   --kv-group 32|64              values per scale for int8/int4/int4o/k8v4 (default 32)
+  --kv-exact N                  int8/int4/int4o/k8v4: keep the newest N tokens also in
+                                f16 and attend to them exactly (default 0; 16 for int4:
+                                docs/kv-cache.md); needs --evict none
   --evict none|streaming|h2o    policy when the cache is full (default none: error)
   --sinks N --window N          streaming: keep N first tokens + the last N (4, 1020)
   --heavy N --recent N          h2o: keep N most-attended + the last N (128, 128)

@@ -42,6 +42,15 @@ struct KVCacheOptions {
   // h2o: the budget is heavy + recent (heavy >= 0, recent >= 1).
   int32_t heavy = 0;
   int32_t recent = 0;
+  // Quantized storage (int8, int4, int4o, k8v4): the newest `exact_recent` tokens are
+  // also kept in F16, and attention reads them from there, so that every query sees its
+  // nearest predecessors exactly (they get most of the attention; quantizing them is
+  // what costs INT4 most of its perplexity, see docs/kv-cache.md). Costs exact_recent
+  // F16 tokens per session (plus up to a page), and a second attention pass over them.
+  // 0 (the default): off. 16 is the measured recommendation for int4. Range [0, 4096];
+  // needs eviction none; ignored for f16 and f32 storage; CPU backend only
+  // (ErrorCode::unsupported on CUDA).
+  int32_t exact_recent = 0;
 };
 
 // Memory of one session's cache.

@@ -44,6 +44,9 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 1.0f;    // multiplies q.k before the softmax
   int window = 0;        // 0: causal over the whole sequence; else only keys with pos_q - pos_k < window
+  // 0: none; > 0: keys with pos_q - pos_k < exclude_recent are not seen (the caller reads
+  // the newest tokens from another cache and merges the two calls: see prior_out).
+  int exclude_recent = 0;
   float softcap = 0.0f;  // 0: none; else scores become softcap * tanh(scores / softcap)
   int page_tokens = 0;   // cache slots per page
   // Per query token, i32 [n_tok, 1]: its position, and the page_table row of its sequence.
@@ -60,6 +63,19 @@ struct AttentionParams {
   // op adds to score_acc[row][c * n_head_kv + kv_head] the softmax probability that cell c
   // received, summed over the query heads sharing kv_head and over the row's query tokens.
   Tensor score_acc;
+  // Optional f32 [n_tok, n_head]: when it has rows, the op also writes, per query token and
+  // head, the log of the sum of exp(score) over the cells it saw (the softmax's
+  // normaliser; -inf when it saw none), counting the cells of `prior` (below) too.
+  Tensor lse;
+  // Optional: the attention of the same query tokens over another, disjoint set of cells
+  // (another cache: a full-precision window of the newest tokens, see kv/kv_cache.hpp),
+  // f32 [n_tok, n_head * head_dim] normalised output and f32 [n_tok, n_head] lse as
+  // written by an earlier call. When prior_out has rows, the op returns the attention
+  // over the union of both sets: with l1 = prior_lse, l2 = this call's own normaliser
+  // and M = max(l1, l2), out = (e^(l1-M) prior_out + e^(l2-M) own) / (e^(l1-M) + e^(l2-M)).
+  // Not combined with score_acc.
+  Tensor prior_out;
+  Tensor prior_lse;
 };
 
 // How the ops of a batch may order their sums.

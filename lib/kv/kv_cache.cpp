@@ -36,6 +36,40 @@ KVCache::KVCache(backend::Backend& backend, const CacheConfig& config)
   validate_config();
 }
 
+KVCache::KVCache(std::shared_ptr<Pool> pool, backend::Backend& backend, const CacheConfig& config,
+                 std::shared_ptr<Pool> exact_pool)
+    : pool_(std::move(pool)), be_(backend), config_(config) {
+  validate_config();
+  if (config_.exact_recent <= 0) return;
+  require(exact_pool != nullptr, "KV cache: an exact window of {} tokens needs a full-precision page pool",
+          config_.exact_recent);
+  const PoolConfig& a = pool_->config();
+  const PoolConfig& b = exact_pool->config();
+  require((b.storage == quant::DType::f16 || b.storage == quant::DType::f32) && b.value_storage() == b.storage,
+          "KV cache: the exact window's pool must hold F16 or F32 rows");
+  require(b.k_width == a.k_width && b.v_width == a.v_width && b.page_tokens == a.page_tokens,
+          "KV cache: the exact window's pool has rows {}/{} in pages of {}, this cache {}/{} in pages of {}", b.k_width,
+          b.v_width, b.page_tokens, a.k_width, a.v_width, a.page_tokens);
+  CacheConfig c;
+  c.n_layer = config_.n_layer;
+  // A page more than the window needs: a rewind of up to a page (rejected drafts, a
+  // cancelled token) still finds every row the next query reads exact.
+  c.layer_window.assign(size_t(c.n_layer), config_.exact_recent + a.page_tokens);
+  c.max_seq_tokens = 1 << 24;  // bounded by the window (and a step's tokens), never by a budget
+  exact_ = std::make_unique<KVCache>(std::move(exact_pool), backend, c);
+}
+
+void Placement::append(const Placement& other) {
+  if (slots.size() < other.slots.size()) slots.resize(other.slots.size());
+  for (size_t l = 0; l < other.slots.size(); ++l) slots[l].insert(slots[l].end(), other.slots[l].begin(), other.slots[l].end());
+  first_idx.insert(first_idx.end(), other.first_idx.begin(), other.first_idx.end());
+  stepwise.insert(stepwise.end(), other.stepwise.begin(), other.stepwise.end());
+  if (exact_slots.size() < other.exact_slots.size()) exact_slots.resize(other.exact_slots.size());
+  for (size_t l = 0; l < other.exact_slots.size(); ++l)
+    exact_slots[l].insert(exact_slots[l].end(), other.exact_slots[l].begin(), other.exact_slots[l].end());
+  exact_first_idx.insert(exact_first_idx.end(), other.exact_first_idx.begin(), other.exact_first_idx.end());
+}
+
 KVCache::~KVCache() {
   while (!snapshots_.empty()) drop_snapshot(snapshots_.begin()->first);
   for (auto& [id, s] : sequences_) release_all(s);
@@ -44,6 +78,8 @@ KVCache::~KVCache() {
 void KVCache::validate_policy(const SeqPolicy& p) const {
   require(p.max_tokens > 0, "KV cache: the token budget (max_seq_tokens) must be > 0, got {}", p.max_tokens);
   const EvictionConfig& e = p.eviction;
+  require(config_.exact_recent <= 0 || e.policy == Eviction::none,
+          "KV cache: an exact window of the newest tokens works with eviction none only");
   switch (e.policy) {
     case Eviction::none: break;
     case Eviction::streaming:
@@ -66,6 +102,8 @@ void KVCache::validate_config() const {
   const CacheConfig& c = config_;
   require(pool_ != nullptr, "KV cache: no page pool");
   require(c.n_layer > 0, "KV cache: n_layer must be > 0, got {}", c.n_layer);
+  require(c.exact_recent >= 0 && c.exact_recent <= (1 << 20), "KV cache: exact_recent must be in [0, 2^20], got {}",
+          c.exact_recent);
   require(c.layer_window.empty() || int(c.layer_window.size()) == c.n_layer,
           "KV cache: {} layer windows for {} layers", c.layer_window.size(), c.n_layer);
   for (int32_t w : c.layer_window) require(w >= 0, "KV cache: a sliding window must be >= 0, got {}", w);
@@ -411,6 +449,7 @@ void KVCache::drop_snapshot(int32_t seq) {
 }
 
 void KVCache::commit(const Placement& placement) {
+  if (exact_) exact_->commit(exact_part(placement));
   for (const auto& [seq, first] : placement.first_idx)
     if (!step_logs_.count(seq)) drop_snapshot(seq);  // a stepwise step keeps it for truncate()
 }
@@ -509,6 +548,16 @@ Placement KVCache::place(std::span<const CellRequest> requests) {
     Sequence& s = sequences_[r.seq];
     s.next_idx = std::max(s.next_idx, r.pos + 1);
   }
+  if (exact_) {
+    try {
+      Placement e = exact_->place(requests);
+      placement.exact_slots = std::move(e.slots);
+      placement.exact_first_idx = std::move(e.first_idx);
+    } catch (...) {
+      undo(placement);
+      throw;
+    }
+  }
   return placement;
 }
 
@@ -569,6 +618,7 @@ void KVCache::pop_cells(Layer& l, int32_t first) {
 }
 
 void KVCache::undo(const Placement& placement) {
+  if (exact_) exact_->undo(exact_part(placement));
   for (const auto& [seq, first] : placement.first_idx) {
     if (snapshots_.count(seq)) {
       restore_snapshot(seq, first);
@@ -587,6 +637,7 @@ void KVCache::undo(const Placement& placement) {
 }
 
 void KVCache::trim_windows(int32_t seq) {
+  if (exact_) exact_->trim_windows(seq);
   auto it = sequences_.find(seq);
   if (it == sequences_.end() || config_.layer_window.empty()) return;
   for (int layer = 0; layer < config_.n_layer; ++layer)
@@ -657,6 +708,7 @@ std::vector<SinkMove> KVCache::take_sink_moves(int32_t seq) {
 
 bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
   require(n_tokens >= 0, "rewind: position must be >= 0, got {}", n_tokens);
+  if (exact_) exact_->truncate(seq, n_tokens);
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return n_tokens == 0;
   Sequence& s = it->second;
@@ -684,10 +736,87 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
                                 : w > 0                                   ? std::max(0, n_tokens - w + 1)
                                                                           : 0;
     if (l.dropped_max >= needed_from) exact = false;
+    // Tokens from n_tokens on are gone, dropped or not (a saved state checks this).
+    l.dropped_max = std::min(l.dropped_max, n_tokens - 1);
   }
   s.next_idx = std::min(s.next_idx, n_tokens);
   if (s.next_idx == 0) remove(seq);
+  refill_exact(seq);
   return exact;
+}
+
+void KVCache::refill_exact(int32_t seq) {
+  if (!exact_) return;
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    exact_->remove(seq);
+    return;
+  }
+  const Sequence& s = it->second;
+  const int32_t from = std::max(0, s.next_idx - (config_.exact_recent - 1));
+  // Enough already: every layer of the window holds [from, next_idx).
+  if (auto e = exact_->sequences_.find(seq); e != exact_->sequences_.end() && e->second.next_idx == s.next_idx) {
+    bool complete = true;
+    for (const Layer& l : e->second.layers) {
+      int32_t first = INT32_MAX;
+      for (const int32_t p : l.pos)
+        if (p >= 0) first = std::min(first, p);
+      complete = complete && (from == s.next_idx || first <= from);
+    }
+    if (complete) return;
+  }
+  exact_->remove(seq);
+  if (from == s.next_idx) return;
+  std::vector<CellRequest> requests;
+  for (int32_t p = from; p < s.next_idx; ++p) requests.push_back({seq, p});
+  const Placement placed = exact_->place(requests);
+  exact_->commit(placed);
+  // The rows come back from this cache, decoded: exact no more, but the window is whole
+  // again, and it is exact from the next token on. Rows this cache no longer holds (a
+  // sliding window freed them) are zeros: no query within that window can see them.
+  const auto n = int64_t(requests.size());
+  const PoolConfig& pc = pool_->config();
+  const int64_t width = std::max(pc.k_width, pc.v_width);
+  const size_t index_bytes = (size_t(2 * n) * sizeof(int32_t) + 63) / 64 * 64;
+  std::unique_ptr<backend::Buffer> buf = be_.allocate(index_bytes + size_t(n * width) * sizeof(float));
+  const backend::Tensor from_slots = backend::make_tensor(*buf, 0, quant::DType::i32, n, 1);
+  const backend::Tensor to_slots = backend::make_tensor(*buf, size_t(n) * sizeof(int32_t), quant::DType::i32, n, 1);
+  std::vector<int32_t> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
+  std::vector<float> zeros;
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    const Layer& l = s.layers[size_t(layer)];
+    std::vector<int32_t> held(size_t(n), -1);
+    for (size_t c = 0; c < l.pos.size(); ++c)
+      if (l.pos[c] >= 0 && l.idx[c] >= from && l.idx[c] < s.next_idx) held[size_t(l.idx[c] - from)] = slot(l, int32_t(c));
+    for (const bool keys : {true, false}) {
+      const backend::Tensor& cache = keys ? pool_->k() : pool_->v();
+      const backend::Tensor& window = keys ? exact_->pool_->k() : exact_->pool_->v();
+      const backend::Tensor rows =
+          backend::make_tensor(*buf, index_bytes, quant::DType::f32, n, keys ? pc.k_width : pc.v_width);
+      int64_t m = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (held[size_t(j)] < 0) continue;
+        src[size_t(m)] = held[size_t(j)];
+        dst[size_t(m)] = placed.slots[size_t(layer)][size_t(j)];
+        ++m;
+      }
+      if (m > 0) {
+        be_.upload(from_slots.slice_rows(0, m), src.data());
+        be_.upload(to_slots.slice_rows(0, m), dst.data());
+        ops::kv_load(be_, cache, from_slots.slice_rows(0, m), rows.slice_rows(0, m));
+        ops::kv_store(be_, rows.slice_rows(0, m), window, to_slots.slice_rows(0, m));
+      }
+      if (m < n) {
+        zeros.assign(size_t((n - m) * rows.cols), 0.0f);
+        m = 0;
+        for (int64_t j = 0; j < n; ++j)
+          if (held[size_t(j)] < 0) dst[size_t(m++)] = placed.slots[size_t(layer)][size_t(j)];
+        be_.upload(rows.slice_rows(0, m), zeros.data());
+        be_.upload(to_slots.slice_rows(0, m), dst.data());
+        ops::kv_store(be_, rows.slice_rows(0, m), window, to_slots.slice_rows(0, m));
+      }
+    }
+  }
 }
 
 void KVCache::release_all(Sequence& s) {
@@ -697,6 +826,7 @@ void KVCache::release_all(Sequence& s) {
 }
 
 void KVCache::remove(int32_t seq) {
+  if (exact_) exact_->remove(seq);
   drop_snapshot(seq);
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return;
@@ -706,12 +836,16 @@ void KVCache::remove(int32_t seq) {
 
 void KVCache::clear() {
   while (!sequences_.empty()) remove(sequences_.begin()->first);
+  if (exact_) exact_->clear();
 }
 
 void KVCache::fork_from(const KVCache& from, int32_t src, int32_t dst) {
   if (from.pool_ != pool_) fail(ErrorCode::invalid_argument, "fork: the two caches use different page pools");
   if (from.config_.n_layer != config_.n_layer) fail(ErrorCode::invalid_argument, "fork: layer counts differ");
+  if ((from.exact_ == nullptr) != (exact_ == nullptr))
+    fail(ErrorCode::invalid_argument, "fork: one cache has an exact window and the other not");
   remove(dst);
+  if (exact_) exact_->fork_from(*from.exact_, src, dst);
   auto it = from.sequences_.find(src);
   if (it == from.sequences_.end()) return;
   Sequence copy = it->second;
@@ -721,6 +855,28 @@ void KVCache::fork_from(const KVCache& from, int32_t src, int32_t dst) {
 }
 
 void KVCache::check_invariants(std::map<int32_t, int32_t>* refs) const {
+  if (exact_) {
+    exact_->check_invariants();
+    // The window holds, per layer, a contiguous range of positions ending at the
+    // sequence's last token, in cells of tokens this cache holds too.
+    for (const auto& [id, e] : exact_->sequences_) {
+      auto it = sequences_.find(id);
+      if (it == sequences_.end() || it->second.next_idx != e.next_idx)
+        fail(ErrorCode::internal, "exact window: sequence {} differs from the cache", id);
+      for (const Layer& l : e.layers) {
+        std::vector<int32_t> held;
+        for (const int32_t p : l.pos)
+          if (p >= 0) held.push_back(p);
+        std::sort(held.begin(), held.end());
+        for (size_t i = 0; i < held.size(); ++i)
+          if (held[i] != e.next_idx - int32_t(held.size() - i))
+            fail(ErrorCode::internal, "exact window: sequence {} holds positions that are not its newest", id);
+        if (int64_t(held.size()) < std::min<int64_t>(e.next_idx, config_.exact_recent - 1))
+          fail(ErrorCode::internal, "exact window: sequence {} holds {} positions, fewer than {}", id, held.size(),
+               config_.exact_recent - 1);
+      }
+    }
+  }
   const int32_t pt = page_tokens();
   for (const auto& [id, s] : sequences_) {
     if (int(s.layers.size()) != config_.n_layer) fail(ErrorCode::internal, "sequence {}: wrong layer count", id);

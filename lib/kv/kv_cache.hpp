@@ -18,6 +18,20 @@
 // The host holds the authoritative tables; the model uploads the part a forward pass
 // needs (layer_tables).
 //
+// The exact window (CacheConfig::exact_recent = R > 0): quantized rows lose most where
+// attention looks most, at the newest tokens, so those are also kept exact. A second
+// KVCache of F16 rows (the companion, exact()) receives every token this cache does; its
+// layers act as sliding windows of R plus a page, so before a step at position p it
+// holds the positions [p - R + 1, p) and the page before them (which keeps a rewind of
+// up to a page exact). Attention runs twice per
+// layer: over this cache without the keys within R of the query
+// (AttentionParams::exclude_recent), and over the companion within a window of R,
+// merged into one softmax (lse / prior_out). So every query sees its R newest keys
+// (itself included) exact, whatever the steps its sequence was cut into. Every
+// operation here (place, undo, commit, rewind, fork, save, load) is applied to both. A
+// rewind past what the companion holds, or a state saved without it, refills it from
+// this cache's (decoded) rows: fewer exact rows until new tokens arrive, nothing wrong.
+//
 // Steps are transactions. place() starts one for each sequence it touches; before
 // it drops or moves anything of a sequence (window, eviction, sink moves) it keeps
 // a snapshot of the tables of the layers that will drop or move cells and holds their
@@ -70,6 +84,11 @@ struct CacheConfig {
   std::optional<quant::DType> v_storage;  // the value rows' type where it differs
   int32_t page_tokens = 16;
   int32_t max_tokens = 4096;  // pool size in cells per layer (rounded up to whole pages)
+  // > 0: the newest `exact_recent` tokens of every sequence are also kept in a second,
+  // full-precision cache (the exact window, drawn from the pool given to the
+  // constructor), and attention reads them from there instead of from this cache's
+  // (quantized) rows. Needs eviction none. See "The exact window" below.
+  int32_t exact_recent = 0;
 };
 
 // One new token for the cache: the sequence it extends and its position.
@@ -83,6 +102,12 @@ struct Placement {
   std::vector<std::vector<int32_t>> slots;            // [layer][token] (-1: placed by place_token)
   std::vector<std::pair<int32_t, int32_t>> first_idx;  // (seq, index of its first new token)
   std::vector<int32_t> stepwise;                       // sequences placed by place_stepwise()
+  // The same tokens in the exact window's cache (CacheConfig::exact_recent), else empty.
+  std::vector<std::vector<int32_t>> exact_slots;
+  std::vector<std::pair<int32_t, int32_t>> exact_first_idx;
+
+  // Adds the tokens of `other` (placed after these) to this placement.
+  void append(const Placement& other);
 };
 
 // A sink row that moved: rewrite `slot` as the original key rotated by `delta` positions.
@@ -107,6 +132,10 @@ class KVCache {
   KVCache(std::shared_ptr<Pool> pool, backend::Backend& backend, const CacheConfig& config);
   // A cache with its own pool of config.max_tokens cells per layer.
   KVCache(backend::Backend& backend, const CacheConfig& config);
+  // With config.exact_recent > 0: `exact_pool` (F16 or F32 rows of the same widths and
+  // page size) holds the exact window.
+  KVCache(std::shared_ptr<Pool> pool, backend::Backend& backend, const CacheConfig& config,
+          std::shared_ptr<Pool> exact_pool);
   ~KVCache();
 
   const CacheConfig& config() const { return config_; }
@@ -117,6 +146,10 @@ class KVCache {
   const std::shared_ptr<Pool>& shared_pool() const { return pool_; }
   backend::Tensor k() const { return pool_->k(); }
   backend::Tensor v() const { return pool_->v(); }
+  // The exact window's cache (CacheConfig::exact_recent > 0), else nullptr.
+  KVCache* exact() const { return exact_.get(); }
+  // Tokens the exact window keeps (CacheConfig::exact_recent; 0: none).
+  int32_t exact_recent() const { return exact_ ? config_.exact_recent : 0; }
 
   // Tokens held by a sequence: live cells of its fullest layer (0 for an unknown id).
   int32_t n_cells(int32_t seq) const;
@@ -224,6 +257,19 @@ class KVCache {
     std::vector<std::pair<int, int32_t>> moved;  // (layer, cell)
   };
 
+  // The part of a placement that belongs to the exact window's cache.
+  static Placement exact_part(const Placement& p) {
+    Placement e;
+    e.slots = p.exact_slots;
+    e.first_idx = p.exact_first_idx;
+    return e;
+  }
+  // Makes the exact window hold the sequence's newest exact_recent - 1 positions again
+  // (after a rewind past them, or a state loaded without them), from this cache's rows.
+  void refill_exact(int32_t seq);
+  // save() / load() of this cache's own tables and rows (without the exact window).
+  void save_own(int32_t seq, std::string& out) const;
+  void load_own(int32_t seq, std::string_view blob);
   // load(): throws invalid_argument where a layer's tables do not fit next_idx.
   static void check_cells(const Layer& l, int32_t next_idx, int layer);
   int32_t slot(const Layer& l, int32_t cell) const {
@@ -279,6 +325,7 @@ class KVCache {
   };
   std::map<int32_t, StepLog> step_logs_;
   std::unique_ptr<backend::Buffer> scratch_;  // row indices for copy_rows
+  std::unique_ptr<KVCache> exact_;            // the exact window (exact_recent > 0)
 };
 
 }  // namespace ember::kv

@@ -47,6 +47,9 @@ struct Reader {
 };
 
 constexpr uint32_t kBlobMagic = 0x31564B45;  // "EKV1"
+// Ends a blob that carries the exact window's own blob after the cache's:
+// [cache blob][window blob][u64 window blob bytes][u32 kWindowMagic].
+constexpr uint32_t kWindowMagic = 0x31574B45;  // "EKW1"
 
 // The storage tag of a blob: the key rows' type, and the value rows' in the high 16
 // bits where they differ (k8v4), so blobs of one-type caches keep their old tag.
@@ -87,6 +90,59 @@ void KVCache::check_cells(const Layer& l, int32_t next_idx, int layer) {
 }
 
 void KVCache::save(int32_t seq, std::string& out) const {
+  save_own(seq, out);
+  if (!exact_) return;
+  const size_t start = out.size();
+  exact_->save_own(seq, out);
+  put<uint64_t>(out, uint64_t(out.size() - start));
+  put<uint32_t>(out, kWindowMagic);
+}
+
+void KVCache::load(int32_t seq, std::string_view blob) {
+  // A window saved with the blob is restored when this cache has one and skipped when
+  // not; for a blob without one the window is refilled from this cache's rows.
+  std::string_view window;
+  if (blob.size() >= 12) {
+    uint32_t magic = 0;
+    uint64_t bytes = 0;
+    std::memcpy(&magic, blob.data() + blob.size() - 4, 4);
+    std::memcpy(&bytes, blob.data() + blob.size() - 12, 8);
+    if (magic == kWindowMagic) {
+      if (bytes > blob.size() - 12) fail(ErrorCode::invalid_argument, "KV state: bad exact-window record");
+      window = blob.substr(blob.size() - 12 - bytes, bytes);
+      blob = blob.substr(0, blob.size() - 12 - bytes);
+    }
+  }
+  require(exact_ == nullptr || exact_->n_cells(seq) == 0, "KV state: sequence {} is not empty", seq);
+  load_own(seq, blob);
+  if (!exact_) return;
+  try {
+    if (!window.empty()) {
+      exact_->load_own(seq, window);
+      if (exact_->next_index(seq) != 0 && exact_->next_index(seq) != next_index(seq))
+        fail(ErrorCode::invalid_argument, "KV state: the exact window ends at {}, the cache at {}",
+             exact_->next_index(seq), next_index(seq));
+      // Each layer of the window must hold the newest positions, without gaps.
+      if (auto it = exact_->sequences_.find(seq); it != exact_->sequences_.end())
+        for (const Layer& l : it->second.layers) {
+          std::vector<int32_t> held;
+          for (const int32_t p : l.pos)
+            if (p >= 0) held.push_back(p);
+          std::sort(held.begin(), held.end());
+          for (size_t i = 0; i < held.size(); ++i)
+            if (held[i] != it->second.next_idx - int32_t(held.size() - i))
+              fail(ErrorCode::invalid_argument, "KV state: the exact window does not hold the newest positions");
+        }
+    }
+    refill_exact(seq);
+  } catch (...) {
+    exact_->remove(seq);
+    remove(seq);
+    throw;
+  }
+}
+
+void KVCache::save_own(int32_t seq, std::string& out) const {
   const PoolConfig& pc = pool_->config();
   put<uint32_t>(out, kBlobMagic);
   put<uint32_t>(out, storage_tag(pc));
@@ -126,7 +182,7 @@ void KVCache::save(int32_t seq, std::string& out) const {
   put_vec(out, moved);
 }
 
-void KVCache::load(int32_t seq, std::string_view blob) {
+void KVCache::load_own(int32_t seq, std::string_view blob) {
   require(n_cells(seq) == 0 && !sequences_.count(seq), "KV state: sequence {} is not empty", seq);
   const PoolConfig& pc = pool_->config();
   Reader r{blob};

@@ -20,6 +20,7 @@ int32_t KVCache::place_one(Sequence& s, const SeqPolicy& p, int layer, int32_t p
 Placement KVCache::place_stepwise(int32_t seq, int32_t first_pos, int32_t n) {
   require(seq >= 0 && first_pos >= 0 && n >= 1, "place_stepwise: bad step (sequence {}, position {}, {} tokens)", seq,
           first_pos, n);
+  if (exact_) fail(ErrorCode::unsupported, "place_stepwise: a cache with an exact window places whole steps only");
   auto it = sequences_.find(seq);
   require(it != sequences_.end() && it->second.next_idx == first_pos,
           "place_stepwise: sequence {} does not end just before position {}", seq, first_pos);

@@ -36,6 +36,11 @@ struct Forward::Workspace {
   Tensor ids, pos, slots, token_seq, out_rows;  // i32 [n, 1]
   Tensor page_table, seq_cells, cell_pos;       // i32 [rows, pages], [rows, 1], [rows, cells]
   Tensor score_acc;                             // f32 [rows, cells * n_head_kv] (H2O only)
+  // The exact window's pass (KVCacheOptions::exact_recent), 1 row otherwise: its slots and
+  // tables, and the first pass's output and softmax normalisers.
+  bool exact = false;
+  Tensor e_slots, e_page_table, e_seq_cells, e_cell_pos;  // i32 [n, 1], [rows, pages], [rows, 1], [rows, cells]
+  Tensor attn_part, lse;                                   // f32 [n, n_head * hd], [n, n_head]
   Tensor x, h;                                  // [n, n_embd]
   Tensor q, attn;                               // [n, n_head * hd]
   Tensor k, v;                                  // [n, n_head_kv * hd]
@@ -57,10 +62,10 @@ Forward::Forward(const HParams& hp, const Weights& weights, backend::Backend& ba
 Forward::~Forward() = default;
 
 void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t max_cells,
-                               bool scores) {
+                               bool scores, bool exact) {
   Workspace& ws = *ws_;
   if (n <= ws.capacity && n_out <= ws.out_capacity && n_rows <= ws.row_capacity && max_pages <= ws.page_capacity &&
-      max_cells <= ws.cell_capacity && (!scores || ws.scores))
+      max_cells <= ws.cell_capacity && (!scores || ws.scores) && (!exact || ws.exact))
     return;
   const int64_t cap = std::max(n, ws.capacity);
   const int64_t out_cap = std::max(n_out, ws.out_capacity);
@@ -69,6 +74,8 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
   const int64_t page_cap = std::max(max_pages + max_pages / 4, ws.page_capacity);
   const int64_t cell_cap = std::max(max_cells + max_cells / 4, ws.cell_capacity);
   const bool with_scores = scores || ws.scores;
+  const bool with_exact = exact || ws.exact;
+  const int64_t e_cap = with_exact ? cap : 1, e_rows = with_exact ? row_cap : 1;
   const int64_t q_width = int64_t(hp_.n_head) * hp_.head_dim_k;
   const int64_t kv_width = int64_t(hp_.n_head_kv) * hp_.head_dim_k;
   const int64_t moe_cap = hp_.arch->moe ? cap : 1;
@@ -84,6 +91,9 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
       {&ws.out_rows, DType::i32, out_cap, 1},  {&ws.page_table, DType::i32, row_cap, page_cap},
       {&ws.seq_cells, DType::i32, row_cap, 1}, {&ws.cell_pos, DType::i32, row_cap * cell_cap, 1},
       {&ws.score_acc, DType::f32, with_scores ? row_cap * cell_cap * hp_.n_head_kv : 1, 1},
+      {&ws.e_slots, DType::i32, e_cap, 1},     {&ws.e_page_table, DType::i32, e_rows, with_exact ? page_cap : 1},
+      {&ws.e_seq_cells, DType::i32, e_rows, 1}, {&ws.e_cell_pos, DType::i32, e_rows * (with_exact ? cell_cap : 1), 1},
+      {&ws.attn_part, DType::f32, e_cap, q_width}, {&ws.lse, DType::f32, e_cap, hp_.n_head},
       {&ws.x, DType::f32, cap, hp_.n_embd},    {&ws.h, DType::f32, cap, hp_.n_embd},
       {&ws.q, DType::f32, cap, q_width},       {&ws.attn, DType::f32, cap, q_width},
       {&ws.k, DType::f32, cap, kv_width},      {&ws.v, DType::f32, cap, kv_width},
@@ -112,6 +122,7 @@ void Forward::ensure_workspace(int64_t n, int64_t n_out, int64_t n_rows, int64_t
   ws.page_capacity = page_cap;
   ws.cell_capacity = cell_cap;
   ws.scores = with_scores;
+  ws.exact = with_exact;
 }
 
 void Forward::validate(std::span<const BatchToken> batch) const {
@@ -370,13 +381,25 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
       max_pages = std::max(max_pages, tables[size_t(il)].max_pages);
       max_cells = std::max(max_cells, tables[size_t(il)].max_cells);
     }
+    // The exact window (kv_cache.hpp) has tables of its own.
+    kv::KVCache* const exact = cache.exact();
+    std::vector<kv::KVCache::LayerTables> e_tables(exact ? size_t(hp_.n_layer) : 0);
+    if (exact) {
+      if (!placement.stepwise.empty())
+        fail(ErrorCode::internal, "forward: a stepwise step on a cache with an exact window");
+      for (int il = 0; il < hp_.n_layer; ++il) {
+        exact->layer_tables(il, row_seqs, e_tables[size_t(il)]);
+        max_pages = std::max(max_pages, e_tables[size_t(il)].max_pages);
+        max_cells = std::max(max_cells, e_tables[size_t(il)].max_cells);
+      }
+    }
     bool h2o = false;
     for (int32_t seq : row_seqs) h2o = h2o || cache.policy(seq).eviction.policy == kv::Eviction::h2o;
     // H2O scores of every layer, added to the cache only once all layers ran.
     std::vector<std::vector<float>> layer_scores(h2o ? size_t(hp_.n_layer) : 0);
     const auto n_out = int64_t(out_rows.size());
     ensure_workspace(n, std::min<int64_t>(std::max<int64_t>(n_out, 1), kLogitsRowsPerPass), n_rows, max_pages,
-                     max_cells, h2o);
+                     max_cells, h2o, exact != nullptr);
     Workspace& ws = *ws_;
     const int hd = hp_.head_dim_k;
 
@@ -470,6 +493,22 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
         ops::kv_store(be_, k, cache.k(), t_slots);
         ops::kv_store(be_, v, cache.v(), t_slots);
       }
+      // The window keeps the same (centered) keys: a shift of every key by one vector
+      // adds the same q.offset to every score of a query, which the merged softmax cancels.
+      Tensor e_pages, e_cell_pos, e_cells;
+      if (exact) {
+        const kv::KVCache::LayerTables& et = e_tables[size_t(il)];
+        const Tensor e_slots = ws.e_slots.slice_rows(0, n);
+        e_pages = backend::make_tensor(*ws.buffer, ws.e_page_table.offset, DType::i32, n_rows, et.max_pages);
+        e_cell_pos = backend::make_tensor(*ws.buffer, ws.e_cell_pos.offset, DType::i32, n_rows, et.max_cells);
+        e_cells = ws.e_seq_cells.slice_rows(0, n_rows);
+        be_.upload(e_slots, placement.exact_slots[size_t(il)].data());
+        be_.upload(e_pages, et.page_table.data());
+        be_.upload(e_cell_pos, et.cell_pos.data());
+        be_.upload(e_cells, et.cells.data());
+        ops::kv_store(be_, k, exact->k(), e_slots);
+        ops::kv_store(be_, v, exact->v(), e_slots);
+      }
       for (const Run& r : runs) {
         if (r.stepwise) continue;
         const Tensor slots = t_slots.slice_rows(r.begin, r.end - r.begin);
@@ -498,7 +537,30 @@ bool Forward::compute(kv::KVCache& cache, std::span<const BatchToken> chunk, con
         be_.upload(t_scores, layer_scores[size_t(il)].data());
         ap.score_acc = t_scores;
       }
-      if (runs.empty()) ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
+      if (exact) {
+        // Each query reads its exact_recent newest keys (itself included) from the window
+        // and the older ones from this cache, in one softmax: the two passes see disjoint
+        // cells and the second merges the first in. The window holds every key the second
+        // pass needs (kv_cache.hpp), so the result does not depend on how the tokens were
+        // cut into steps.
+        const int32_t recent = cache.exact_recent();
+        backend::AttentionParams first = ap;
+        const Tensor part = ws.attn_part.slice_rows(0, n), lse = ws.lse.slice_rows(0, n);
+        first.lse = lse;
+        first.exclude_recent = recent;
+        ops::attention(be_, q, cache.k(), cache.v(), first, part);
+        backend::AttentionParams second = ap;
+        second.window = lp.window > 0 ? std::min(lp.window, recent) : recent;
+        second.page_tokens = exact->page_tokens();
+        second.page_table = e_pages;
+        second.seq_cells = e_cells;
+        second.cell_pos = e_cell_pos;
+        second.prior_out = part;
+        second.prior_lse = lse;
+        ops::attention(be_, q, exact->k(), exact->v(), second, attn);
+      } else if (runs.empty()) {
+        ops::attention(be_, q, cache.k(), cache.v(), ap, attn);
+      }
       for (const Run& r : runs) {
         if (r.stepwise) continue;
         backend::AttentionParams part = ap;

@@ -95,8 +95,9 @@ class Forward {
   // Returns false when cancelled (the chunk's cells are then undone).
   bool run_chunk(kv::KVCache& cache, std::span<const BatchToken> chunk, size_t first_index, const LogitsSink& sink,
                  const std::atomic<bool>* cancel);
+  // `exact`: room for a second attention pass over a cache's exact window.
   void ensure_workspace(int64_t n_tokens, int64_t n_out, int64_t n_rows, int64_t max_pages, int64_t max_cells,
-                        bool scores);
+                        bool scores, bool exact = false);
 
   // Offsets on the backend: -offset and +offset per layer, [1, kv width] each.
   void ensure_key_offsets();

@@ -57,10 +57,7 @@ Engine::Impl::Impl(std::shared_ptr<const Model> owner, const EngineOptions& opts
       m(model->impl()),
       options((check_options(opts), opts)),
       ex(m.executor()),
-      cache([&]() -> kv::KVCache& {
-        std::lock_guard lock(ex.mutex());
-        return ex.cache(runtime::kv_types(opts.kv.storage, opts.kv.group_size));
-      }()),
+      cache(runtime::cache_for(ex, opts.kv)),
       alerts(alert_rules(opts)) {
   // A throwaway sequence checks the KV options and gives the context size.
   const runtime::Sequence probe(model, options.kv, options.prefill_chunk_size);

@@ -14,14 +14,17 @@ Executor::Executor(const model::LoadedModel& model, std::shared_ptr<backend::Bac
 
 Executor::~Executor() = default;
 
-kv::KVCache& Executor::cache(kv::KVTypes types) {
-  auto& cache = caches_[types];
+kv::KVCache& Executor::cache(kv::KVTypes types, int32_t exact_recent) {
+  auto& cache = caches_[{types, exact_recent}];
   if (!cache) {
     const model::HParams& hp = model_.hparams;
     kv::CacheConfig cfg;
     cfg.n_layer = hp.n_layer;
     for (const model::LayerParams& lp : hp.layers) cfg.layer_window.push_back(lp.window);
-    cache = std::make_unique<kv::KVCache>(pool_for_(types), *backend_, cfg);
+    cfg.exact_recent = exact_recent;
+    // The exact window's rows share the model's F16 pool with F16 sessions.
+    cache = std::make_unique<kv::KVCache>(pool_for_(types), *backend_, cfg,
+                                          exact_recent > 0 ? pool_for_({quant::DType::f16, quant::DType::f16}) : nullptr);
   }
   return *cache;
 }
@@ -65,10 +68,7 @@ size_t Executor::step(kv::KVCache& cache, std::span<StepPart> parts, const std::
         part.message = e.what();
         continue;
       }
-      for (size_t l = 0; l < merged.slots.size(); ++l)
-        merged.slots[l].insert(merged.slots[l].end(), placement.slots[l].begin(), placement.slots[l].end());
-      merged.first_idx.insert(merged.first_idx.end(), placement.first_idx.begin(), placement.first_idx.end());
-      merged.stepwise.insert(merged.stepwise.end(), placement.stepwise.begin(), placement.stepwise.end());
+      merged.append(placement);
     }
   } catch (...) {
     roll_back();

@@ -75,8 +75,9 @@ class Executor {
 
   // The lock every user of the caches holds (step() takes it itself).
   std::recursive_mutex& mutex() { return mutex_; }
-  // The cache of a storage type (made on first use). Call with the lock held.
-  kv::KVCache& cache(kv::KVTypes types);
+  // The cache of a storage type and exact window (KVCacheOptions::exact_recent, 0 for
+  // none), made on first use. Call with the lock held.
+  kv::KVCache& cache(kv::KVTypes types, int32_t exact_recent = 0);
   // A sequence id no other user has.
   int32_t new_sequence_id() { return next_seq_.fetch_add(1); }
 
@@ -99,7 +100,7 @@ class Executor {
   PoolSource pool_for_;
   std::recursive_mutex mutex_;
   std::unique_ptr<model::Forward> forward_;
-  std::map<kv::KVTypes, std::unique_ptr<kv::KVCache>> caches_;
+  std::map<std::pair<kv::KVTypes, int32_t>, std::unique_ptr<kv::KVCache>> caches_;
   std::atomic<int32_t> next_seq_{0};
 };
 

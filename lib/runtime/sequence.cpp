@@ -64,16 +64,29 @@ Limits limits_for(const model::HParams& hp, const KVCacheOptions& kv, int32_t ch
 
 }  // namespace
 
+kv::KVCache& cache_for(Executor& ex, const KVCacheOptions& kv) {
+  const kv::KVTypes types = kv_types(kv.storage, kv.group_size);
+  require(kv.exact_recent >= 0 && kv.exact_recent <= 4096, "KVCacheOptions::exact_recent must be in [0, 4096], got {}",
+          kv.exact_recent);
+  // The exact window only matters for quantized rows.
+  const bool quantized = types.k != quant::DType::f16 && types.k != quant::DType::f32;
+  const int32_t exact = quantized ? kv.exact_recent : 0;
+  if (exact > 0) {
+    require(kv.eviction == KVEviction::none,
+            "KVCacheOptions::exact_recent needs eviction none (the window would have to follow evictions)");
+    if (ex.backend().name() == "cuda")
+      fail(ErrorCode::unsupported, "KVCacheOptions::exact_recent is not implemented on the CUDA backend");
+  }
+  std::lock_guard lock(ex.mutex());
+  return ex.cache(types, exact);
+}
+
 Sequence::Sequence(std::shared_ptr<const Model> model, const KVCacheOptions& kv, int32_t prefill_chunk_size)
     : model_(std::move(model)),
       m_(checked(model_)),
       ex_(m_.executor()),
       kv_(kv),
-      cache_([&]() -> kv::KVCache& {
-        const kv::KVTypes types = kv_types(kv.storage, kv.group_size);
-        std::lock_guard lock(ex_.mutex());
-        return ex_.cache(types);
-      }()) {
+      cache_(cache_for(ex_, kv)) {
   const Limits l = limits_for(m_.loaded->hparams, kv_, prefill_chunk_size);
   capacity_ = l.capacity;
   chunk_ = l.chunk;

@@ -19,6 +19,10 @@
 
 namespace ember::runtime {
 
+// The executor's cache for sessions with these options (types and exact window);
+// checks the exact window's options (invalid_argument, unsupported).
+kv::KVCache& cache_for(Executor& ex, const KVCacheOptions& kv);
+
 class Sequence {
  public:
   // Checks the options (invalid_argument naming the field) and registers the

@@ -47,6 +47,7 @@ TEST_CASE("wrong arguments print the usage and exit with code 2", "[cli]") {
   for (const char* args : {"", "frobnicate", "logits", "logits -m", "tokenize -p hi", "run -m x.gguf --temp",
                            "bench -m x.gguf -n -3", "bench -m x.gguf -d 8,,16", "bench -m x.gguf -p 4,x", "info -m x.gguf --bogus", "run -m x.gguf -p hi --kv-type int3",
                            "run -m x.gguf -p hi --evict lru", "perplexity -m x.gguf -f y --kv-group 48",
+                           "perplexity -m x.gguf -f y --kv-type int4 --kv-exact 5000",
                            "run -m x.gguf -p hi --evict streaming --sinks 8 --window 8", "info -m x.gguf --device tpu", "info -m x.gguf --device cuda:x", "info -m x.gguf --device cuda:",
                            "bench -m x.gguf --device"}) {
     INFO("ember " << args);

@@ -1,6 +1,7 @@
 // The paged KV cache on its own: page tables, sliding windows, eviction, forks,
 // rewinds and state blobs, checked against invariants and against the row
 // contents (every live cell must still hold the row written for its token).
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -75,7 +76,55 @@ struct Harness {
         ops::kv_store(*be, src, value ? c.v() : c.k(), slots);
       }
     }
+    if (c.exact() != nullptr) write_rows(*c.exact(), first, n, p.exact_slots);
     c.commit(p);
+  }
+
+  // Rows of tokens [first, first + n) into a cache's slots (per layer).
+  void write_rows(const kv::KVCache& c, int32_t first, int32_t n, const std::vector<std::vector<int32_t>>& slots) {
+    for (int layer = 0; layer < kLayers; ++layer)
+      for (bool value : {false, true}) {
+        std::vector<float> rows;
+        for (int32_t i = 0; i < n; ++i) {
+          const auto r = row_for(first + i, layer, value);
+          rows.insert(rows.end(), r.begin(), r.end());
+        }
+        auto buf = be->allocate(size_t(n) * (kWidth * 4 + 4) + 64);
+        const auto src = backend::make_tensor(*buf, 0, quant::DType::f32, n, kWidth);
+        const auto slot_t = backend::make_tensor(*buf, size_t(n) * kWidth * 4, quant::DType::i32, n, 1);
+        be->upload(src, rows.data());
+        be->upload(slot_t, slots[size_t(layer)].data());
+        ops::kv_store(*be, src, value ? c.v() : c.k(), slot_t);
+      }
+  }
+
+  // The exact window of `seq` holds its newest `recent - 1` tokens at least, each with its
+  // token's rows; or zeros, in a sliding-window layer, for a token that layer had freed.
+  void check_window(const kv::KVCache& c, int32_t seq, int32_t recent) {
+    const kv::KVCache& e = *c.exact();
+    const int32_t next = c.next_index(seq);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      kv::KVCache::LayerTables t;
+      const int32_t seqs[] = {seq};
+      e.layer_tables(layer, seqs, t);
+      std::vector<int32_t> held;
+      for (int32_t cell = 0; cell < t.cells[0]; ++cell) {
+        const int32_t pos = t.cell_pos[size_t(cell)];
+        if (pos < 0) continue;
+        held.push_back(pos);
+        const int32_t slot = t.page_table[size_t(cell / e.page_tokens())] * e.page_tokens() + cell % e.page_tokens();
+        for (bool value : {false, true}) {
+          std::vector<float> got(kWidth);
+          quant::dequantize_row(e.k().type, (value ? e.v() : e.k()).row_ptr(slot), got.data(), kWidth);
+          const int32_t w = c.config().layer_window[size_t(layer)];
+          if (w > 0 && got == std::vector<float>(kWidth, 0.0f) && next - pos >= w) continue;
+          REQUIRE(got == row_for(pos, layer, value));
+        }
+      }
+      std::sort(held.begin(), held.end());
+      REQUIRE(int32_t(held.size()) >= std::min(next, recent - 1));
+      for (size_t i = 0; i < held.size(); ++i) REQUIRE(held[i] == next - int32_t(held.size() - i));
+    }
   }
 
   // Every live cell holds its token's rows (keys of moved sinks excepted: the model
@@ -90,7 +139,7 @@ struct Harness {
         const int32_t slot = t.page_table[size_t(cell / c.page_tokens())] * c.page_tokens() + cell % c.page_tokens();
         for (bool value : {false, true}) {
           std::vector<float> got(kWidth);
-          quant::dequantize_row(quant::DType::f16, (value ? c.v() : c.k()).row_ptr(slot), got.data(), kWidth);
+          quant::dequantize_row(c.k().type, (value ? c.v() : c.k()).row_ptr(slot), got.data(), kWidth);
           const bool moved_sink = !value && got[0] != float(t.cell_pos[size_t(cell)] % 1024);
           if (moved_sink) continue;
           REQUIRE(got[1] == float(layer));
@@ -595,4 +644,137 @@ TEST_CASE("a stepwise step cut after its kept tokens equals one-token steps of t
     c.remove(1);
   }
   CHECK(h.pool->stats().pages_used == 0);
+}
+
+TEST_CASE("an exact window holds the newest tokens through steps, rollbacks, rewinds, forks and state blobs",
+          "[kv][exact]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 400, 4, quant::DType::f32);
+  auto exact_pool = make_pool(*h.be, 400, 4, quant::DType::f16);
+  // A window of 8 is wider than layer 1's sliding window of 6: its oldest rows there
+  // are ones the cache has freed.
+  for (const int32_t recent : {1, 3, 8}) {
+    kv::CacheConfig cfg = config(kv::Eviction::none, 60);
+    cfg.exact_recent = recent;
+    std::vector<std::unique_ptr<kv::KVCache>> caches;
+    for (int i = 0; i < 2; ++i) caches.push_back(std::make_unique<kv::KVCache>(h.pool, *h.be, cfg, exact_pool));
+    REQUIRE(caches[0]->exact_recent() == recent);
+    std::mt19937 rng(7 + uint32_t(recent));
+    auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
+    int undone = 0, saved = 0;
+    for (int op = 0; op < 1500; ++op) {
+      kv::KVCache& c = *caches[size_t(pick(2))];
+      const int32_t seq = pick(3);
+      const int kind = pick(12);
+      if (kind < 6) {
+        try {
+          h.append(c, seq, 1 + pick(recent + 3));
+        } catch (const Error& e) {
+          REQUIRE(e.code() == ErrorCode::cache_full);
+        }
+      } else if (kind < 7) {
+        // A step that fails after placing (a cancelled forward pass) leaves no trace.
+        std::string before, after;
+        c.save(seq, before);
+        const int32_t first = c.next_index(seq);
+        std::vector<kv::CellRequest> req;
+        for (int32_t i = 0; i < 1 + pick(5); ++i) req.push_back({seq, first + i});
+        try {
+          const kv::Placement p = c.place(req);
+          c.undo(p);
+          ++undone;
+        } catch (const Error& e) {
+          REQUIRE(e.code() == ErrorCode::cache_full);
+        }
+        c.save(seq, after);
+        REQUIRE(before == after);
+      } else if (kind < 9) {
+        // As a session does: a cut the cache cannot make exactly starts over.
+        if (!c.truncate(seq, pick(c.next_index(seq) + 1))) c.remove(seq);
+      } else if (kind < 10) {
+        kv::KVCache& dst = *caches[size_t(pick(2))];
+        const int32_t dst_seq = pick(3);
+        if (&dst != &c || dst_seq != seq) dst.fork_from(c, seq, dst_seq);
+      } else if (kind < 11) {
+        // Through a blob: with the window, and without it (a cache that had none).
+        std::string blob;
+        c.save(seq, blob);
+        const bool strip = pick(2) == 0;
+        kv::CacheConfig plain = cfg;
+        plain.exact_recent = 0;
+        kv::KVCache none(h.pool, *h.be, plain);
+        if (strip) {
+          none.load(0, blob);  // the window's part is skipped
+          blob.clear();
+          none.save(0, blob);
+        }
+        c.remove(seq);
+        c.load(seq, blob);
+        ++saved;
+      } else {
+        c.remove(seq);
+      }
+      for (const auto& cache : caches) {
+        cache->check_invariants();
+        for (int32_t s : cache->sequences()) {
+          h.check_rows(*cache, s);
+          h.check_window(*cache, s, recent);
+        }
+      }
+    }
+    CHECK(undone > 50);
+    CHECK(saved > 50);
+    caches.clear();
+  }
+  CHECK(h.pool->stats().pages_used == 0);
+  CHECK(exact_pool->stats().pages_used == 0);
+}
+
+TEST_CASE("an exact window needs eviction none, a full-precision pool and whole steps", "[kv][exact][errors]") {
+  Harness h;
+  h.pool = make_pool(*h.be, 100, 4, quant::DType::f32);
+  auto exact_pool = make_pool(*h.be, 100, 4, quant::DType::f16);
+  kv::CacheConfig cfg = config(kv::Eviction::none, 60);
+  cfg.exact_recent = 4;
+  test::expect_error([&] { kv::KVCache c(h.pool, *h.be, cfg, nullptr); }, ErrorCode::invalid_argument,
+                     "needs a full-precision page pool");
+  kv::PoolConfig q8;
+  q8.k_width = q8.v_width = 32;
+  q8.storage = quant::DType::kv_q8_g32;
+  q8.page_tokens = 4;
+  q8.n_pages = 10;
+  auto int8_pool = std::make_shared<kv::Pool>(*h.be, q8);
+  test::expect_error([&] { kv::KVCache c(h.pool, *h.be, cfg, int8_pool); }, ErrorCode::invalid_argument,
+                     "must hold F16 or F32 rows");
+  auto other_pages = make_pool(*h.be, 100, 8, quant::DType::f16);
+  test::expect_error([&] { kv::KVCache c(h.pool, *h.be, cfg, other_pages); }, ErrorCode::invalid_argument,
+                     "in pages of 8");
+  kv::CacheConfig streaming = config(kv::Eviction::streaming, 12, 2);
+  streaming.exact_recent = 4;
+  test::expect_error([&] { kv::KVCache c(h.pool, *h.be, streaming, exact_pool); }, ErrorCode::invalid_argument,
+                     "eviction none only");
+  kv::KVCache c(h.pool, *h.be, cfg, exact_pool);
+  test::expect_error([&] { c.set_policy(0, {12, {kv::Eviction::h2o, 0, 4, 8}}); }, ErrorCode::invalid_argument,
+                     "eviction none only");
+  h.append(c, 0, 5);
+  test::expect_error([&] { c.place_stepwise(0, 5, 2); }, ErrorCode::unsupported, "whole steps only");
+  kv::CacheConfig plain = cfg;
+  plain.exact_recent = 0;
+  kv::KVCache none(h.pool, *h.be, plain);
+  test::expect_error([&] { none.fork_from(c, 0, 0); }, ErrorCode::invalid_argument, "exact window and the other not");
+  // A window blob that does not end where the cache does is refused; nothing stays.
+  std::string blob;
+  c.save(0, blob);
+  const auto used = h.pool->stats().pages_used, used_exact = exact_pool->stats().pages_used;
+  std::string bad = blob;
+  // The window's blob follows the cache's; its next_idx (after a 32-byte header) is cut short.
+  uint64_t window_bytes = 0;
+  std::memcpy(&window_bytes, bad.data() + bad.size() - 12, 8);
+  const size_t window_at = bad.size() - 12 - size_t(window_bytes);
+  const int32_t wrong = 3;
+  std::memcpy(bad.data() + window_at + 32, &wrong, 4);
+  CHECK_THROWS_AS(c.load(1, bad), Error);
+  CHECK(h.pool->stats().pages_used == used);
+  CHECK(exact_pool->stats().pages_used == used_exact);
+  CHECK(c.n_cells(1) == 0);
 }

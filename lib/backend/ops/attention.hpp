@@ -11,11 +11,27 @@
 // Query token t of sequence row s = token_seq[t] at position p_t attends to the
 // cells c in [0, seq_cells[s]) of that sequence; cell c lives in slot
 //   page_table[s][c / page_tokens] * page_tokens + c % page_tokens
-// whose position p = cell_pos[s][c] is used when p >= 0, p <= p_t and
-// (window == 0 or p_t - p < window). Scores are scale * q.k (softcapped when
-// softcap > 0), normalised with a max-subtracted softmax; the output is the
-// weighted sum of value rows. A token with no visible cell gets zeros. When score_acc
+// whose position p = cell_pos[s][c] is used when p >= 0, p <= p_t,
+// (window == 0 or p_t - p < window) and (exclude_recent == 0 or p_t - p >= exclude_recent).
+// Scores are scale * q.k (softcapped when softcap > 0), normalised with a max-subtracted
+// softmax; the output is the weighted sum of value rows. A token with no visible cell gets zeros. When score_acc
 // has rows, the normalised probabilities are also added into it (see AttentionParams).
+//
+// Attention over two disjoint sets of cells (two caches) in two calls: when lse has rows
+// the op writes, per token and query head, the natural log of the softmax's normaliser
+// sum_j e^(score_j) over the cells it saw (-inf for none); a later call given those as
+// prior_lse and its output as prior_out returns the attention over the union (the
+// Flash-Decoding merge, Dao et al. 2023), and its lse is the union's. A token that sees
+// no cell in this call gets prior_out, one with no prior cell (prior_lse -inf) its own
+// output, one with neither zeros. lse, prior_out and prior_lse must not overlap out (out
+// is written while prior_out is read). Neither is combined with score_acc.
+//
+// exclude_recent = R > 0 (default 0, valid >= 0) serves a cache that keeps its newest R
+// tokens a second time at full precision: a call over the (quantized) cache with
+// exclude_recent = R and lse out, then one over the full-precision cache with window = R
+// (min(R, W) under a window W) and that result as prior, see disjoint cells per query
+// whose union is the causal (windowed) set, so the merge is the attention over all of
+// them. A token all of whose cells are excluded sees none (zeros, lse -inf).
 #pragma once
 
 #include "backend/ops/check.hpp"
@@ -33,6 +49,8 @@ inline void attention(backend::Backend& be, const backend::Tensor& q, const back
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.n_head % p.n_head_kv != 0)
     fail(ErrorCode::invalid_argument, "attention: {} query heads cannot share {} kv heads", p.n_head, p.n_head_kv);
   if (p.page_tokens <= 0) fail(ErrorCode::invalid_argument, "attention: page_tokens must be > 0");
+  if (p.exclude_recent < 0)
+    fail(ErrorCode::invalid_argument, "attention: exclude_recent is {}, must be >= 0", p.exclude_recent);
   expect_shape(op, "q", q, q.rows, int64_t(p.n_head) * p.head_dim);
   expect_shape(op, "out", out, q.rows, q.cols);
   expect_shape(op, "k_cache", k_cache, k_cache.rows, int64_t(p.n_head_kv) * p.head_dim);
@@ -64,6 +82,23 @@ inline void attention(backend::Backend& be, const backend::Tensor& q, const back
   if (p.score_acc.rows > 0) {
     expect_type(op, "score_acc", p.score_acc, DType::f32);
     expect_shape(op, "score_acc", p.score_acc, p.page_table.rows, p.cell_pos.cols * p.n_head_kv);
+  }
+  if (p.score_acc.rows > 0 && (p.lse.rows > 0 || p.prior_out.rows > 0))
+    fail(ErrorCode::invalid_argument, "attention: score_acc is not combined with lse or prior_out");
+  if (p.lse.rows > 0) {
+    expect_type(op, "lse", p.lse, DType::f32);
+    expect_shape(op, "lse", p.lse, q.rows, p.n_head);
+    expect_apart(op, "lse", p.lse, out);
+  }
+  if (p.prior_out.rows > 0) {
+    expect_type(op, "prior_out", p.prior_out, DType::f32);
+    expect_shape(op, "prior_out", p.prior_out, q.rows, q.cols);
+    expect_type(op, "prior_lse", p.prior_lse, DType::f32);
+    expect_shape(op, "prior_lse", p.prior_lse, q.rows, p.n_head);
+    expect_apart(op, "prior_out", p.prior_out, out);
+    expect_apart(op, "prior_lse", p.prior_lse, out);
+  } else if (p.prior_lse.rows > 0) {
+    fail(ErrorCode::invalid_argument, "attention: prior_lse is given without prior_out");
   }
   be.attention(q, k_cache, v_cache, p, out);
 }

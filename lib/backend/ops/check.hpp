@@ -30,6 +30,13 @@ inline void expect_contiguous(const char* op, const char* operand, const Tensor&
   if (!t.contiguous()) fail(ErrorCode::invalid_argument, "{}: {} must be contiguous", op, operand);
 }
 
+// An operand the op reads or writes while it writes `out`: their bytes must not overlap.
+inline void expect_apart(const char* op, const char* operand, const Tensor& t, const Tensor& out) {
+  if (t.buffer != nullptr && t.buffer == out.buffer && t.offset < out.offset + out.bytes() &&
+      out.offset < t.offset + t.bytes())
+    fail(ErrorCode::invalid_argument, "{}: {} overlaps out", op, operand);
+}
+
 // Weights repacked by a backend (Tensor::layout) go to that backend's matmul only.
 inline void expect_plain_layout(const char* op, const char* operand, const Tensor& t) {
   if (t.layout != 0)

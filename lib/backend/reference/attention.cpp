@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -28,6 +29,26 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
   std::vector<int64_t> slots;
   std::vector<int32_t> cells;
   std::vector<double> scores;
+  std::vector<double> own(size_t(p.head_dim));  // this call's normalised output of one head
+  const bool want_lse = p.lse.rows > 0, merge = p.prior_out.rows > 0;
+  // Writes head h of token t from `own` and its normaliser's log, merged with the prior.
+  const auto finish = [&](int64_t t, int h, double own_lse, float* oh) {
+    const double inf = std::numeric_limits<double>::infinity();
+    double lse = own_lse, w_own = own_lse == -inf ? 0.0 : 1.0, w_prior = 0.0;
+    const float* prior = merge ? p.prior_out.row_ptr<float>(t) + int64_t(h) * p.head_dim : nullptr;
+    if (merge) {
+      const double prior_lse = p.prior_lse.row_ptr<float>(t)[h];
+      const double m = std::max(own_lse, prior_lse);
+      if (m != -inf) {
+        w_own = std::exp(own_lse - m), w_prior = std::exp(prior_lse - m);
+        lse = m + std::log(w_own + w_prior);
+        w_own /= w_own + w_prior, w_prior = 1.0 - w_own;
+      }
+    }
+    for (int d = 0; d < p.head_dim; ++d)
+      oh[d] = float(w_own * own[size_t(d)] + (w_prior > 0.0 ? w_prior * prior[d] : 0.0));
+    if (want_lse) p.lse.row_ptr<float>(t)[h] = float(lse);
+  };
   for (int64_t t = 0; t < q.rows; ++t) {
     const int32_t pos = *p.token_pos.row_ptr<int32_t>(t);
     const int32_t seq = *p.token_seq.row_ptr<int32_t>(t);
@@ -52,6 +73,7 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
       const int32_t kv_pos = p.cell_pos.row_ptr<int32_t>(seq)[c];
       if (kv_pos < 0 || kv_pos > pos) continue;
       if (p.window > 0 && pos - kv_pos >= p.window) continue;
+      if (p.exclude_recent > 0 && pos - kv_pos < p.exclude_recent) continue;
       slots.push_back(slot);
       cells.push_back(c);
     }
@@ -63,8 +85,9 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
       const int kv_head = h / group;
       const size_t kv_col = size_t(kv_head) * size_t(p.head_dim);
       float* oh = out.row_ptr<float>(t) + int64_t(h) * p.head_dim;
+      own.assign(size_t(p.head_dim), 0.0);
       if (slots.empty()) {
-        for (int d = 0; d < p.head_dim; ++d) oh[d] = 0.0f;
+        finish(t, h, -std::numeric_limits<double>::infinity(), oh);
         continue;
       }
       scores.assign(slots.size(), 0.0);
@@ -85,8 +108,9 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, co
       for (int d = 0; d < p.head_dim; ++d) {
         double acc = 0.0;
         for (size_t j = 0; j < slots.size(); ++j) acc += scores[j] * values[j * width + kv_col + size_t(d)];
-        oh[d] = float(acc / total);
+        own[size_t(d)] = acc / total;
       }
+      finish(t, h, max_score + std::log(total), oh);
       if (want_scores)
         for (size_t j = 0; j < slots.size(); ++j)
           score_sum[size_t(seq * p.score_acc.cols) + size_t(cells[j]) * size_t(p.n_head_kv) + size_t(kv_head)] +=
