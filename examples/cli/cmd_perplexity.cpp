@@ -46,12 +46,13 @@ int stream_perplexity(const Args& args, Model& model, const std::vector<int32_t>
   ProgressBar bar("perplexity");
   auto close_segment = [&](size_t last_target) {
     const KVSessionMemory mem = session->kv_memory();
+    const size_t kv_bytes = mem.bytes + mem.exact_bytes;  // the exact window's F16 pages too
     const double ppl = std::exp(seg_sum / double(seg_n));
     std::printf("%8zu %7zu-%-8zu %12.4f %10d %12.2f\n", seg_index, last_target + 1 - seg_n, last_target, ppl,
-                mem.tokens, double(mem.bytes) / (1 << 20));
+                mem.tokens, double(kv_bytes) / (1 << 20));
     if (csv)
       std::fprintf(csv, "%zu,%zu,%zu,%.6f,%d,%zu\n", seg_index, last_target + 1 - seg_n, last_target, ppl, mem.tokens,
-                   mem.bytes);
+                   kv_bytes);
     if (csv) std::fflush(csv);
     std::fflush(stdout);
     ++seg_index;

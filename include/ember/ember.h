@@ -219,6 +219,7 @@ typedef struct ember_session_options {
   size_t struct_size;
   ember_kv_options kv;
   int32_t prefill_chunk_size; /* default 512 */
+  int32_t kv_exact_recent;    /* KVCacheOptions::exact_recent: newest tokens also kept in F16; default 0 */
 } ember_session_options;
 
 /* Fills the first `struct_size` bytes of *options with the defaults (the fields a
@@ -342,6 +343,7 @@ typedef struct ember_engine_options {
   int32_t batch_invariant;    /* default 1 */
   double slo_ttft_seconds, slo_tpot_seconds;
   double price_per_hour;
+  int32_t kv_exact_recent;    /* KVCacheOptions::exact_recent; default 0 */
 } ember_engine_options;
 
 typedef enum ember_request_state {

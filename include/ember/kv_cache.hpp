@@ -60,6 +60,9 @@ struct KVSessionMemory {
   int32_t shared_pages = 0;   // of these, pages shared with a fork
   size_t bytes = 0;           // pages * bytes per page
   size_t page_bytes = 0;      // keys and values of one page of one layer
+  // The exact window's F16 pages (KVCacheOptions::exact_recent), not counted above.
+  int32_t exact_pages = 0;
+  size_t exact_bytes = 0;
 };
 
 // Memory of all KV pools of a Model.

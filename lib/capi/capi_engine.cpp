@@ -79,6 +79,7 @@ ember_status ember_engine_create(const ember_model* model, const ember_engine_op
     e.slo_ttft_seconds = o.slo_ttft_seconds;
     e.slo_tpot_seconds = o.slo_tpot_seconds;
     e.price_per_hour = o.price_per_hour;
+    e.kv.exact_recent = o.kv_exact_recent;
     *out = new ember_engine{Engine::create(model->model, e)};
     return EMBER_OK;
   });

@@ -97,6 +97,7 @@ ember_status ember_session_create(const ember_model* model, const ember_session_
     SessionOptions s;
     s.kv = capi::to_cpp(o.kv);
     s.prefill_chunk_size = o.prefill_chunk_size;
+    s.kv.exact_recent = o.kv_exact_recent;
     *out = wrap(model->model->new_session(s));
     return EMBER_OK;
   });

@@ -745,6 +745,21 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
   return exact;
 }
 
+bool KVCache::exact_holds(int32_t seq, int32_t n) const {
+  if (!exact_) return true;
+  const int32_t from = std::max(0, n - (config_.exact_recent - 1));
+  if (from >= n) return true;
+  auto e = exact_->sequences_.find(seq);
+  if (e == exact_->sequences_.end()) return false;
+  for (const Layer& l : e->second.layers) {
+    int32_t first = INT32_MAX;
+    for (const int32_t p : l.pos)
+      if (p >= 0) first = std::min(first, p);
+    if (first > from) return false;
+  }
+  return e->second.next_idx >= n;
+}
+
 void KVCache::refill_exact(int32_t seq) {
   if (!exact_) return;
   auto it = sequences_.find(seq);
@@ -755,16 +770,7 @@ void KVCache::refill_exact(int32_t seq) {
   const Sequence& s = it->second;
   const int32_t from = std::max(0, s.next_idx - (config_.exact_recent - 1));
   // Enough already: every layer of the window holds [from, next_idx).
-  if (auto e = exact_->sequences_.find(seq); e != exact_->sequences_.end() && e->second.next_idx == s.next_idx) {
-    bool complete = true;
-    for (const Layer& l : e->second.layers) {
-      int32_t first = INT32_MAX;
-      for (const int32_t p : l.pos)
-        if (p >= 0) first = std::min(first, p);
-      complete = complete && (from == s.next_idx || first <= from);
-    }
-    if (complete) return;
-  }
+  if (exact_->next_index(seq) == s.next_idx && exact_holds(seq, s.next_idx)) return;
   exact_->remove(seq);
   if (from == s.next_idx) return;
   std::vector<CellRequest> requests;

@@ -150,6 +150,10 @@ class KVCache {
   KVCache* exact() const { return exact_.get(); }
   // Tokens the exact window keeps (CacheConfig::exact_recent; 0: none).
   int32_t exact_recent() const { return exact_ ? config_.exact_recent : 0; }
+  // Whether the exact window of `seq` holds, in every layer, the tokens a query at
+  // position n reads from it ([n - exact_recent + 1, n)): a cut to n keeps every logit
+  // as it was. True without a window.
+  bool exact_holds(int32_t seq, int32_t n) const;
 
   // Tokens held by a sequence: live cells of its fullest layer (0 for an unknown id).
   int32_t n_cells(int32_t seq) const;

@@ -223,6 +223,9 @@ bool Sequence::share_prefix(const Sequence& donor, size_t n) {
       tokens_.size() < n)
     return false;
   std::lock_guard lock(ex_.mutex());
+  // With an exact window the donor must still hold the prefix's newest tokens in it:
+  // refilled from quantized rows they would change this sequence's output.
+  if (!cache_.exact_holds(donor.id_, int32_t(n))) return false;
   cache_.fork_from(cache_, donor.id_, id_);
   if (!cache_.truncate(id_, int32_t(n))) {
     cache_.remove(id_);

@@ -206,10 +206,11 @@ std::unique_ptr<Session> Session::fork() const {
 
 KVSessionMemory Session::kv_memory() const {
   const runtime::Sequence& seq = impl_->seq;
-  kv::SeqStats st;
+  kv::SeqStats st, window;
   {
     std::lock_guard lock(seq.executor().mutex());
     st = seq.cache().stats(seq.id());
+    if (const kv::KVCache* exact = seq.cache().exact()) window = exact->stats(seq.id());
   }
   KVSessionMemory mem;
   mem.tokens = st.tokens;
@@ -217,6 +218,10 @@ KVSessionMemory Session::kv_memory() const {
   mem.shared_pages = st.shared_pages;
   mem.page_bytes = seq.cache().pool().page_bytes();
   mem.bytes = size_t(st.pages) * mem.page_bytes;
+  if (const kv::KVCache* exact = seq.cache().exact()) {
+    mem.exact_pages = window.pages;
+    mem.exact_bytes = size_t(window.pages) * exact->pool().page_bytes();
+  }
   return mem;
 }
 

@@ -139,6 +139,12 @@ TEST_CASE("sessions with an exact window fork, save, load and rewind exactly", "
         CHECK(std::equal(s.logits().begin(), s.logits().end(), expected[i - 36].begin()));
       }
     };
+    // The window's memory: its pages at F16, a fixed count however long the context.
+    const KVSessionMemory mem = ref->kv_memory();
+    CHECK(mem.tokens == 44);
+    CHECK(mem.exact_pages > 0);
+    CHECK(mem.exact_pages <= model->info().n_layer * 3);  // 6 + a page of 16 tokens, over at most 3 pages
+    CHECK(mem.exact_bytes == size_t(mem.exact_pages) * 16 * model->info().n_head_kv * model->info().head_dim * 2 * 2);
     // A fork after 36 tokens.
     auto a = model->new_session(so);
     REQUIRE(a->prefill(all.first(36)) == Outcome::ok);
@@ -216,4 +222,64 @@ TEST_CASE("bad exact-window options are typed errors", "[exact_window][errors]")
   const auto f16 = logits_of(model, {.max_tokens = 64}, tokens, 8, 16);
   const auto with = logits_of(model, {.max_tokens = 64, .exact_recent = 8}, tokens, 8, 16);
   CHECK(f16 == with);
+}
+
+TEST_CASE("the engine shares a prompt prefix only where the exact window still holds it", "[exact_window][engine]") {
+  // A request whose prompt starts like another's may take that one's KV pages (prefix
+  // sharing). With an exact window that is only right while the donor's window still
+  // holds the prefix's newest tokens in F16; else the request computes its prompt
+  // itself. Either way its log-probabilities are those it gets alone.
+  if (!present("llama-Q8_0")) return;
+  auto model = golden("llama-Q8_0");
+  const auto n_vocab = int32_t(model->info().n_vocab);
+  const std::vector<int32_t> prefix = prompt_of(60, n_vocab);
+  auto with = [&](std::vector<int32_t> p, std::initializer_list<int32_t> tail) {
+    p.insert(p.end(), tail);
+    return p;
+  };
+  std::vector<int32_t> far = prefix;  // the donor runs 40 tokens past the prefix
+  for (int32_t i = 0; i < 40; ++i) far.push_back((i * 13 + 5) % n_vocab);
+  const EngineOptions options{.prefill_chunk_size = 256,
+                              .kv = {.max_tokens = 256, .storage = KVStorage::int4, .exact_recent = 6}};
+  struct Out {
+    std::vector<std::vector<float>> logprobs;
+    EngineMetrics metrics;
+    std::vector<int32_t> cached;
+  };
+  // Submits each prompt one step after the previous; greedy, 6 tokens each.
+  auto run = [&](const std::vector<std::vector<int32_t>>& prompts) {
+    auto engine = Engine::create(model, options);
+    Out out;
+    out.logprobs.resize(prompts.size());
+    std::vector<RequestHandle> handles;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Request r;
+      r.prompt_tokens = prompts[i];
+      r.sampler = {.temperature = 0.0f};
+      r.generate.max_tokens = 6;
+      r.generate.stop_at_end_of_generation = false;
+      r.logprobs = true;
+      r.on_token = [&out, i](const TokenEvent& e) {
+        if (e.token >= 0) out.logprobs[i].push_back(e.logprob);
+        return Control::proceed;
+      };
+      handles.push_back(engine->submit(std::move(r)));
+      engine->step();
+    }
+    while (engine->pending() > 0) engine->step();
+    for (RequestHandle h : handles) out.cached.push_back(engine->result(h).cached_prompt_tokens);
+    out.metrics = engine->metrics();
+    return out;
+  };
+  // Far: the donor's window has moved past the prefix, so nothing is shared.
+  const std::vector<int32_t> late = with(prefix, {7, 8, 9});
+  const Out far_run = run({far, late});
+  const Out late_alone = run({late});
+  CHECK(far_run.cached[1] == 0);
+  CHECK(far_run.logprobs[1] == late_alone.logprobs[0]);
+  // Near: the donor is the prefix plus 3 tokens; its window holds the prefix's end.
+  const std::vector<int32_t> near = with(prefix, {3, 4, 5});
+  const Out near_run = run({near, late});
+  CHECK(near_run.cached[1] > 0);
+  CHECK(near_run.logprobs[1] == late_alone.logprobs[0]);
 }

@@ -197,6 +197,18 @@ TEST_CASE("C API: bad input is a status and a message, never a crash", "[capi][e
   CHECK(ember_session_create(cm.m, &so, &s) == EMBER_ERR_INVALID_ARGUMENT);
   CHECK_THAT(ember_last_error(), Catch::Matchers::Contains("storage"));
   so = ember_session_default_options();
+  so.kv.storage = EMBER_KV_INT4;
+  so.kv_exact_recent = -1;
+  CHECK(ember_session_create(cm.m, &so, &s) == EMBER_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(ember_last_error(), Catch::Matchers::Contains("exact_recent"));
+  so.kv_exact_recent = 16;  // an INT4 cache whose newest 16 tokens are also kept in F16
+  REQUIRE(ember_session_create(cm.m, &so, &s) == EMBER_OK);
+  const int32_t few[4] = {2, 10, 20, 30};
+  CHECK(ember_session_prefill(s, few, 4) == EMBER_OK);
+  ember_session_free(s);
+  s = nullptr;
+  so = ember_session_default_options();
+  CHECK(so.kv_exact_recent == 0);
   so.kv.max_tokens = 16;
   REQUIRE(ember_session_create(cm.m, &so, &s) == EMBER_OK);
   CHECK(ember_last_error() == std::string());  // a successful call clears it

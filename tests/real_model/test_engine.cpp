@@ -377,6 +377,33 @@ TEST_CASE("engine: INT8 and INT4 KV storage keep every request's tokens independ
   }
 }
 
+TEST_CASE("engine: an INT4 cache with an exact window keeps every request's tokens as alone", "[engine]") {
+  // Batching, chunked prefill and prefix sharing must not change what a request sees:
+  // its newest 16 keys exact, the rest INT4 (KVCacheOptions::exact_recent).
+  auto model = test::gemma();
+  auto specs = mix(*model, false);
+  specs.resize(6);
+  const std::string system = passage(120) + ".\n";
+  for (int i = 0; i < 3; ++i) {
+    Spec s;
+    s.prompt = model->tokenize(system + "Question " + std::to_string(i) + ": what happened next?", true);
+    s.arrive_at_step = i;
+    s.max_tokens = 8;
+    s.sampler = {.temperature = 0.0f};
+    specs.push_back(s);
+  }
+  const EngineOptions options{.kv = {.max_tokens = 2048, .storage = KVStorage::int4, .exact_recent = 16}};
+  const RunOutcome run = run_engine(model, specs, options);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("request " << i);
+    CHECK(run.results[i].tokens == alone(model, specs[i], options));
+  }
+  // And a session of the same options generates the same tokens.
+  auto s = model->new_session({.kv = options.kv, .batch_invariant = true});
+  Sampler greedy(SamplerOptions{.temperature = 0.0f});
+  CHECK(s->generate(specs[0].prompt, greedy, gen_options(specs[0].max_tokens)).tokens == run.results[0].tokens);
+}
+
 TEST_CASE("engine: a full context ends that request only; priorities; chat messages", "[engine]") {
   auto model = test::gemma();
   // Two requests in the same steps; one outgrows its 64-token context.
