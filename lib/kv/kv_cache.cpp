@@ -36,29 +36,6 @@ KVCache::KVCache(backend::Backend& backend, const CacheConfig& config)
   validate_config();
 }
 
-KVCache::KVCache(std::shared_ptr<Pool> pool, backend::Backend& backend, const CacheConfig& config,
-                 std::shared_ptr<Pool> exact_pool)
-    : pool_(std::move(pool)), be_(backend), config_(config) {
-  validate_config();
-  if (config_.exact_recent <= 0) return;
-  require(exact_pool != nullptr, "KV cache: an exact window of {} tokens needs a full-precision page pool",
-          config_.exact_recent);
-  const PoolConfig& a = pool_->config();
-  const PoolConfig& b = exact_pool->config();
-  require((b.storage == quant::DType::f16 || b.storage == quant::DType::f32) && b.value_storage() == b.storage,
-          "KV cache: the exact window's pool must hold F16 or F32 rows");
-  require(b.k_width == a.k_width && b.v_width == a.v_width && b.page_tokens == a.page_tokens,
-          "KV cache: the exact window's pool has rows {}/{} in pages of {}, this cache {}/{} in pages of {}", b.k_width,
-          b.v_width, b.page_tokens, a.k_width, a.v_width, a.page_tokens);
-  CacheConfig c;
-  c.n_layer = config_.n_layer;
-  // A page more than the window needs: a rewind of up to a page (rejected drafts, a
-  // cancelled token) still finds every row the next query reads exact.
-  c.layer_window.assign(size_t(c.n_layer), config_.exact_recent + a.page_tokens);
-  c.max_seq_tokens = 1 << 24;  // bounded by the window (and a step's tokens), never by a budget
-  exact_ = std::make_unique<KVCache>(std::move(exact_pool), backend, c);
-}
-
 void Placement::append(const Placement& other) {
   if (slots.size() < other.slots.size()) slots.resize(other.slots.size());
   for (size_t l = 0; l < other.slots.size(); ++l) slots[l].insert(slots[l].end(), other.slots[l].begin(), other.slots[l].end());
@@ -745,86 +722,6 @@ bool KVCache::truncate(int32_t seq, int32_t n_tokens) {
   return exact;
 }
 
-bool KVCache::exact_holds(int32_t seq, int32_t n) const {
-  if (!exact_) return true;
-  const int32_t from = std::max(0, n - (config_.exact_recent - 1));
-  if (from >= n) return true;
-  auto e = exact_->sequences_.find(seq);
-  if (e == exact_->sequences_.end()) return false;
-  for (const Layer& l : e->second.layers) {
-    int32_t first = INT32_MAX;
-    for (const int32_t p : l.pos)
-      if (p >= 0) first = std::min(first, p);
-    if (first > from) return false;
-  }
-  return e->second.next_idx >= n;
-}
-
-void KVCache::refill_exact(int32_t seq) {
-  if (!exact_) return;
-  auto it = sequences_.find(seq);
-  if (it == sequences_.end()) {
-    exact_->remove(seq);
-    return;
-  }
-  const Sequence& s = it->second;
-  const int32_t from = std::max(0, s.next_idx - (config_.exact_recent - 1));
-  // Enough already: every layer of the window holds [from, next_idx).
-  if (exact_->next_index(seq) == s.next_idx && exact_holds(seq, s.next_idx)) return;
-  exact_->remove(seq);
-  if (from == s.next_idx) return;
-  std::vector<CellRequest> requests;
-  for (int32_t p = from; p < s.next_idx; ++p) requests.push_back({seq, p});
-  const Placement placed = exact_->place(requests);
-  exact_->commit(placed);
-  // The rows come back from this cache, decoded: exact no more, but the window is whole
-  // again, and it is exact from the next token on. Rows this cache no longer holds (a
-  // sliding window freed them) are zeros: no query within that window can see them.
-  const auto n = int64_t(requests.size());
-  const PoolConfig& pc = pool_->config();
-  const int64_t width = std::max(pc.k_width, pc.v_width);
-  const size_t index_bytes = (size_t(2 * n) * sizeof(int32_t) + 63) / 64 * 64;
-  std::unique_ptr<backend::Buffer> buf = be_.allocate(index_bytes + size_t(n * width) * sizeof(float));
-  const backend::Tensor from_slots = backend::make_tensor(*buf, 0, quant::DType::i32, n, 1);
-  const backend::Tensor to_slots = backend::make_tensor(*buf, size_t(n) * sizeof(int32_t), quant::DType::i32, n, 1);
-  std::vector<int32_t> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
-  std::vector<float> zeros;
-  for (int layer = 0; layer < config_.n_layer; ++layer) {
-    const Layer& l = s.layers[size_t(layer)];
-    std::vector<int32_t> held(size_t(n), -1);
-    for (size_t c = 0; c < l.pos.size(); ++c)
-      if (l.pos[c] >= 0 && l.idx[c] >= from && l.idx[c] < s.next_idx) held[size_t(l.idx[c] - from)] = slot(l, int32_t(c));
-    for (const bool keys : {true, false}) {
-      const backend::Tensor& cache = keys ? pool_->k() : pool_->v();
-      const backend::Tensor& window = keys ? exact_->pool_->k() : exact_->pool_->v();
-      const backend::Tensor rows =
-          backend::make_tensor(*buf, index_bytes, quant::DType::f32, n, keys ? pc.k_width : pc.v_width);
-      int64_t m = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        if (held[size_t(j)] < 0) continue;
-        src[size_t(m)] = held[size_t(j)];
-        dst[size_t(m)] = placed.slots[size_t(layer)][size_t(j)];
-        ++m;
-      }
-      if (m > 0) {
-        be_.upload(from_slots.slice_rows(0, m), src.data());
-        be_.upload(to_slots.slice_rows(0, m), dst.data());
-        ops::kv_load(be_, cache, from_slots.slice_rows(0, m), rows.slice_rows(0, m));
-        ops::kv_store(be_, rows.slice_rows(0, m), window, to_slots.slice_rows(0, m));
-      }
-      if (m < n) {
-        zeros.assign(size_t((n - m) * rows.cols), 0.0f);
-        m = 0;
-        for (int64_t j = 0; j < n; ++j)
-          if (held[size_t(j)] < 0) dst[size_t(m++)] = placed.slots[size_t(layer)][size_t(j)];
-        be_.upload(rows.slice_rows(0, m), zeros.data());
-        be_.upload(to_slots.slice_rows(0, m), dst.data());
-        ops::kv_store(be_, rows.slice_rows(0, m), window, to_slots.slice_rows(0, m));
-      }
-    }
-  }
-}
-
 void KVCache::release_all(Sequence& s) {
   for (Layer& l : s.layers)
     for (int32_t p : l.pages) pool_->release(p);
@@ -861,28 +758,7 @@ void KVCache::fork_from(const KVCache& from, int32_t src, int32_t dst) {
 }
 
 void KVCache::check_invariants(std::map<int32_t, int32_t>* refs) const {
-  if (exact_) {
-    exact_->check_invariants();
-    // The window holds, per layer, a contiguous range of positions ending at the
-    // sequence's last token, in cells of tokens this cache holds too.
-    for (const auto& [id, e] : exact_->sequences_) {
-      auto it = sequences_.find(id);
-      if (it == sequences_.end() || it->second.next_idx != e.next_idx)
-        fail(ErrorCode::internal, "exact window: sequence {} differs from the cache", id);
-      for (const Layer& l : e.layers) {
-        std::vector<int32_t> held;
-        for (const int32_t p : l.pos)
-          if (p >= 0) held.push_back(p);
-        std::sort(held.begin(), held.end());
-        for (size_t i = 0; i < held.size(); ++i)
-          if (held[i] != e.next_idx - int32_t(held.size() - i))
-            fail(ErrorCode::internal, "exact window: sequence {} holds positions that are not its newest", id);
-        if (int64_t(held.size()) < std::min<int64_t>(e.next_idx, config_.exact_recent - 1))
-          fail(ErrorCode::internal, "exact window: sequence {} holds {} positions, fewer than {}", id, held.size(),
-               config_.exact_recent - 1);
-      }
-    }
-  }
+  if (exact_) check_exact();
   const int32_t pt = page_tokens();
   for (const auto& [id, s] : sequences_) {
     if (int(s.layers.size()) != config_.n_layer) fail(ErrorCode::internal, "sequence {}: wrong layer count", id);

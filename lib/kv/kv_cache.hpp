@@ -271,6 +271,11 @@ class KVCache {
   // Makes the exact window hold the sequence's newest exact_recent - 1 positions again
   // (after a rewind past them, or a state loaded without them), from this cache's rows.
   void refill_exact(int32_t seq);
+  // check_invariants() of the exact window: each sequence's newest positions, no gaps.
+  void check_exact() const;
+  // How many positions a layer holds when they are exactly the newest before next_idx
+  // (no gaps), else -1.
+  static int32_t newest_held(const Layer& l, int32_t next_idx);
   // save() / load() of this cache's own tables and rows (without the exact window).
   void save_own(int32_t seq, std::string& out) const;
   void load_own(int32_t seq, std::string_view blob);

@@ -124,15 +124,9 @@ void KVCache::load(int32_t seq, std::string_view blob) {
              exact_->next_index(seq), next_index(seq));
       // Each layer of the window must hold the newest positions, without gaps.
       if (auto it = exact_->sequences_.find(seq); it != exact_->sequences_.end())
-        for (const Layer& l : it->second.layers) {
-          std::vector<int32_t> held;
-          for (const int32_t p : l.pos)
-            if (p >= 0) held.push_back(p);
-          std::sort(held.begin(), held.end());
-          for (size_t i = 0; i < held.size(); ++i)
-            if (held[i] != it->second.next_idx - int32_t(held.size() - i))
-              fail(ErrorCode::invalid_argument, "KV state: the exact window does not hold the newest positions");
-        }
+        for (const Layer& l : it->second.layers)
+          if (newest_held(l, it->second.next_idx) < 0)
+            fail(ErrorCode::invalid_argument, "KV state: the exact window does not hold the newest positions");
     }
     refill_exact(seq);
   } catch (...) {

@@ -61,21 +61,7 @@ struct Harness {
     const int32_t first = c.next_index(seq);
     for (int32_t i = 0; i < n; ++i) req.push_back({seq, first + i});
     const kv::Placement p = c.place(req);
-    for (int layer = 0; layer < kLayers; ++layer) {
-      for (bool value : {false, true}) {
-        std::vector<float> rows;
-        for (int32_t i = 0; i < n; ++i) {
-          const auto r = row_for(first + i, layer, value);
-          rows.insert(rows.end(), r.begin(), r.end());
-        }
-        auto buf = be->allocate(size_t(n) * (kWidth * 4 + 4) + 64);
-        const auto src = backend::make_tensor(*buf, 0, quant::DType::f32, n, kWidth);
-        const auto slots = backend::make_tensor(*buf, size_t(n) * kWidth * 4, quant::DType::i32, n, 1);
-        be->upload(src, rows.data());
-        be->upload(slots, p.slots[size_t(layer)].data());
-        ops::kv_store(*be, src, value ? c.v() : c.k(), slots);
-      }
-    }
+    write_rows(c, first, n, p.slots);
     if (c.exact() != nullptr) write_rows(*c.exact(), first, n, p.exact_slots);
     c.commit(p);
   }
