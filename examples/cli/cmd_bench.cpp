@@ -115,12 +115,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
   aliases.insert(kSpeculativeAliases.begin(), kSpeculativeAliases.end());
   const Args args(argv, flags, {"--json", "--verbose"}, aliases);
   const std::string model_path = args.get("--model");
-  const std::vector<int64_t> prompts = int_list(args, "--n-prompt", "512", 1, 1 << 20);
-  const std::vector<int64_t> gens = int_list(args, "--n-gen", "64", 1, 1 << 20);
+  // 0 skips that test, as in llama-bench (-n 0: prefill only).
+  const std::vector<int64_t> prompts = int_list(args, "--n-prompt", "512", 0, 1 << 20);
+  const std::vector<int64_t> gens = int_list(args, "--n-gen", "64", 0, 1 << 20);
   const std::vector<int64_t> thread_counts = int_list(args, "--threads", "0", 0, 1024);
   const std::vector<int64_t> depths = int_list(args, "--n-depth", "0", 0, 1 << 22);
   const int reps = int(args.get_int("--repetitions", 3, 1, 100));
+  const auto all_zero = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 0; });
+  };
+  if (all_zero(prompts) && all_zero(gens)) throw UsageError("bench: -p and -n are both 0, nothing to measure");
   if (args.has("--draft") || args.has("--model-draft")) {
+    if (gens[0] == 0) throw UsageError("bench with a draft measures decode: -n must be at least 1");
     // Plain against speculative decode on the same prompts (one thread count, the first).
     auto model = load_model(model_path, int(thread_counts[0]), args.has("--verbose"));
     const SpeculativeOptions spec = speculative_options(args, int(thread_counts[0]), args.has("--verbose"));
@@ -156,9 +162,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                generated = random_tokens(max_gen);
     auto base = model->new_session(options);
     // Warm-up, as llama-bench: a whole prefill and one decode step.
-    base->prefill(std::span(prompt));
+    if (!prompt.empty()) base->prefill(std::span(prompt));
     base->reset();
-    base->decode(generated[0]);
+    if (!generated.empty()) base->decode(generated[0]);
     base->reset();
     for (const int64_t depth : depths) {
       // A deeper cache than the last one extends it; a shallower one starts again.
@@ -166,6 +172,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       expect_ok(base->prefill(std::span(context).subspan(size_t(base->position()), size_t(depth - base->position()))),
                 "the depth");
       for (const int64_t n_prompt : prompts) {
+        if (n_prompt == 0) continue;
         BenchResult r{used_threads, depth, n_prompt, 0, {}, {}};
         for (int rep = 0; rep < reps; ++rep) {
           const auto session = base->fork();
@@ -177,6 +184,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
         results.push_back(r);
       }
       for (const int64_t n_gen : gens) {
+        if (n_gen == 0) continue;
         BenchResult r{used_threads, depth, 0, n_gen, {}, {}};
         for (int rep = 0; rep < reps; ++rep) {
           const auto session = base->fork();

@@ -73,8 +73,8 @@ speculative decoding (lossless: the same tokens as without it):
       {"bench", ember::cli::cmd_bench, R"(ember bench -m MODEL [-p 512] [-n 64] [-d 0] [-t THREADS] [-r 3] [--kv-type T] [--json]
           [--draft KIND | -md DRAFT [--draft-max K]]
   Prefill and decode speed, reported like llama-bench: -p -n -d -t take comma lists
-  (-p 128,512 -t 1,2), -d DEPTH: tokens already in the cache when the measurement
-  starts; --kv-type, --kv-group as below. With a draft (see ember run --help):
+  (-p 128,512 -t 1,2), 0 skips a test (-n 0: prefill only), -d DEPTH: tokens already in
+  the cache when the measurement starts; --kv-type, --kv-group as below. With a draft (see ember run --help):
   plain and speculative greedy decode of -n tokens on four kinds of prompt.
 )"},
       {"batched-bench", cmd_batched_bench, R"(ember batched-bench -m MODEL [-npp 128] [-ntg 128] [-npl 1,2,4,8,16] [-t THREADS] [-r 1]

@@ -49,7 +49,7 @@ TEST_CASE("wrong arguments print the usage and exit with code 2", "[cli]") {
                            "run -m x.gguf -p hi --evict lru", "perplexity -m x.gguf -f y --kv-group 48",
                            "perplexity -m x.gguf -f y --kv-type int4 --kv-exact 5000",
                            "run -m x.gguf -p hi --evict streaming --sinks 8 --window 8", "info -m x.gguf --device tpu", "info -m x.gguf --device cuda:x", "info -m x.gguf --device cuda:",
-                           "bench -m x.gguf --device"}) {
+                           "bench -m x.gguf --device", "bench -m x.gguf -p 0 -n 0", "bench -m x.gguf -n 0 --draft lookup"}) {
     INFO("ember " << args);
     const Run r = run_cli(args);
     CHECK(r.code == 2);
@@ -293,6 +293,12 @@ TEST_CASE("llama.cpp's spellings are accepted where they mean the same", "[cli][
                           "\"threads\": 2, \"n_depth\": 0, \"n_prompt\": 8", "\"threads\": 2, \"n_depth\": 0, \"n_prompt\": 0, \"n_gen\": 2"})
     CHECK_THAT(lists.out, Catch::Matchers::Contains(key));
   CHECK(std::count(lists.out.begin(), lists.out.end(), '\n') == 6);
+  // -n 0 (and -p 0) skip that test, as in llama-bench: one prefill line, no decode line.
+  const Run prefill_only = run_cli("bench -m " + quote(model) + " -p 8 -n 0 -r 1 -t 1 --json");
+  CHECK(prefill_only.code == 0);
+  CHECK_THAT(prefill_only.out, Catch::Matchers::Contains("\"test\": \"pp8\""));
+  CHECK_THAT(prefill_only.out, !Catch::Matchers::Contains("\"test\": \"tg"));
+  CHECK(std::count(prefill_only.out.begin(), prefill_only.out.end(), '\n') == 1);
   // bench with a draft: plain against speculative on four prompts, the same tokens.
   const Run spec = run_cli("bench -m " + quote(model) + " -n 8 -r 1 -t 2 --draft lookup --json");
   CHECK(spec.code == 0);
