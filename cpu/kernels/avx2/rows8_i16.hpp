@@ -151,14 +151,16 @@ inline void i16_token(const I16Chunk& c, const std::byte* pairs, const float* sc
 }
 
 // Two tokens at once, in two passes over the chunk's blocks of four lanes each (lanes
-// are independent: each keeps its own order over the blocks). The 4 x 2 accumulators,
-// both tokens' d_w * d_a and the two code vectors of a lane fit the 16 registers, so
-// each code vector loaded serves two tokens; and a token's operands for two lanes come
-// from one 16-byte load copied to both halves and vpshufd, instead of four broadcast
-// loads. Per block and token 15 loads instead of 34: AMD Zen 3 completes ~1.5 256-bit
+// are independent: each keeps its own order over the blocks), so that the 4 x 2
+// accumulators and both tokens' d_w * d_a stay in the 16 registers; a token's operands
+// for two lanes come from one 16-byte load copied to both halves and vpshufd, instead
+// of four broadcast loads. Per block and token about 23 loads instead of 34 (GCC keeps
+// the code vectors as memory operands of both tokens' vpmaddwd; holding them in
+// registers spilled an accumulator and was slower). AMD Zen 3 completes ~1.5 256-bit
 // loads per cycle, which bounded i16_token at ~23 cycles per block and token against
-// ~11 for its arithmetic; here the arithmetic (58 instructions) is the bound. A
-// micro-benchmark of the two loops (data in L1, Zen 3): 7.4 -> 5.8 ns per block and token.
+// ~11 for its arithmetic. A micro-benchmark of the two loops (data in L2, Zen 3): 7.4 ->
+// 5.8 ns per block and token; bench_kernels Q8_0 avx2 2048 x 2048, 128 tokens, 1 thread
+// (with the L2-sized token blocks of cpu/ops/matmul.cpp): 16.5 -> 14.6 ms, best of 20.
 template <int kSel>
 inline __m256i lane_operand(__m256i q) {
   return _mm256_shuffle_epi32(q, kSel * 0x55);
