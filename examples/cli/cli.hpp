@@ -93,6 +93,12 @@ void apply_kv_args(const Args& args, KVCacheOptions& kv);
 // "int8 (group 32), streaming: 4 sinks + 1020 window" and the like.
 std::string describe_kv(const KVCacheOptions& kv);
 
+// The whole of a text file (a prompt, a perplexity text) read in pieces: ember::Error
+// (io) if it cannot be opened or read, (invalid_argument) past max_bytes, so that
+// /dev/zero or a FIFO that never ends is refused instead of filling the memory.
+constexpr size_t kMaxTextFileBytes = size_t(256) << 20;
+std::string read_text_file(const std::string& path, const char* what, size_t max_bytes = kMaxTextFileBytes);
+
 // Replaces the escapes llama.cpp's -e understands (\n \t \r \\ \" \' \xHH) in `text`.
 std::string process_escapes(const std::string& text);
 

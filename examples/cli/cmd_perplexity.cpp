@@ -17,9 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "cli.hpp"
 
@@ -102,11 +100,7 @@ int cmd_perplexity(const std::vector<std::string>& argv) {
   SessionOptions options;
   options.kv.max_tokens = ctx;
   apply_kv_args(args, options.kv);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::io, fmt::format("cannot open '{}'", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  std::string text = read_text_file(path, "text file");
   if (!text.empty() && text.back() == '\n') text.pop_back();
 
   auto model = load_model(model_path, int(args.get_int("--threads", 0, 0, 1024)), args.has("--verbose"));

@@ -1,7 +1,5 @@
 // ember run: stream a continuation of a prompt.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli.hpp"
 #include "sampling_args.hpp"
@@ -22,11 +20,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   if (args.has("--prompt") == args.has("--file")) throw UsageError("give the prompt with -p TEXT or -f FILE (one of them)");
   std::string prompt;
   if (args.has("--file")) {
-    std::ifstream in(args.get("--file"), std::ios::binary);
-    if (!in) throw Error(ErrorCode::io, "cannot open the prompt file '" + args.get("--file") + "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    prompt = text.str();
+    prompt = read_text_file(args.get("--file"), "prompt file");
   } else {
     prompt = args.get("--prompt");
   }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <memory>
+#include <string>
 
 #include "cli.hpp"
 
@@ -235,6 +237,23 @@ std::string describe_kv(const KVCacheOptions& kv) {
 }  // namespace ember::cli
 
 namespace ember::cli {
+
+std::string read_text_file(const std::string& path, const char* what, size_t max_bytes) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) throw Error(ErrorCode::io, fmt::format("cannot open the {} '{}'", what, path));
+  std::string text;
+  char piece[1 << 16];
+  for (;;) {
+    const size_t n = std::fread(piece, 1, sizeof piece, f.get());
+    if (n > max_bytes - text.size())
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("the {} '{}' is larger than {} MiB", what, path, max_bytes >> 20));
+    text.append(piece, n);
+    if (n < sizeof piece) break;
+  }
+  if (std::ferror(f.get())) throw Error(ErrorCode::io, fmt::format("cannot read the {} '{}'", what, path));
+  return text;
+}
 
 std::string process_escapes(const std::string& text) {
   std::string out;

@@ -69,6 +69,18 @@ TEST_CASE("errors print the ember::Error message and exit with code 1", "[cli]")
   CHECK(bad.code == 1);
   CHECK_THAT(bad.out, Catch::Matchers::Contains("error (malformed_file)"));
 
+  // A text file without end (/dev/zero) is refused once past the limit, before any model loads.
+  for (const char* args : {"run -m x.gguf -f /dev/zero", "perplexity -m x.gguf -f /dev/zero"}) {
+    INFO("ember " << args);
+    const Run endless = run_cli(args);
+    CHECK(endless.code == 1);
+    CHECK_THAT(endless.out, Catch::Matchers::Contains("error (invalid_argument)"));
+    CHECK_THAT(endless.out, Catch::Matchers::Contains("larger than 256 MiB"));
+  }
+  const Run no_text = run_cli("perplexity -m x.gguf -f /nonexistent/text.txt");
+  CHECK(no_text.code == 1);
+  CHECK_THAT(no_text.out, Catch::Matchers::Contains("error (io)"));
+
   // --device cuda: runs on a GPU where there is one, else says why not.
   const auto gguf = ember::test::golden_dir() / "llama-Q8_0.gguf";
   if (std::filesystem::exists(gguf)) {
