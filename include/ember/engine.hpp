@@ -149,7 +149,9 @@ class EMBER_API Engine {
   // The request's state and output so far. Throws invalid_argument for an unknown handle.
   RequestResult result(RequestHandle handle) const;
   // Blocks until the request has ended (the engine must be running or stepped by
-  // another thread). Throws invalid_argument for an unknown handle.
+  // another thread). Throws invalid_argument for an unknown handle, and instead of
+  // blocking forever when called from a request callback, or, with no start(), from
+  // the thread that last called step().
   RequestResult wait(RequestHandle handle) const;
   // Forgets an ended request (its result can no longer be read); false if it has not ended.
   bool release(RequestHandle handle);

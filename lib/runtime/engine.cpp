@@ -201,6 +201,18 @@ RequestResult Engine::wait(RequestHandle handle) const {
   if (it == impl_->requests.end())
     fail(ErrorCode::invalid_argument, "unknown request handle {} (never submitted, or released)", handle);
   const std::shared_ptr<EngineRequest> r = it->second;
+  // Waits that nothing could ever end: from a callback of the step that would have to
+  // end the request, or, while the engine has no thread of its own, from the thread
+  // that drives step() (it is here instead of stepping).
+  if (!r->ended) {
+    const std::thread::id self = std::this_thread::get_id();
+    if (impl_->stepping_thread.load() == self)
+      fail(ErrorCode::invalid_argument, "Engine::wait() called from a request callback (request {} cannot end "
+                                        "while its step waits)", handle);
+    if (!impl_->runner.joinable() && impl_->host_stepper.load() == self)
+      fail(ErrorCode::invalid_argument, "Engine::wait() on the thread that drives step() would never return: call "
+                                        "step() until request {} ends, or start() the engine", handle);
+  }
   impl_->changed.wait(lock, [&] { return r->ended; });
   return r->published;
 }
@@ -229,6 +241,7 @@ int32_t Engine::step() {
   }
   std::lock_guard step_lock(e.step_mutex);
   e.stepping_thread = std::this_thread::get_id();
+  e.host_stepper = std::this_thread::get_id();
   try {
     const int32_t n = e.step_locked();
     e.stepping_thread = std::thread::id{};

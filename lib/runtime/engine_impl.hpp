@@ -89,6 +89,7 @@ struct Engine::Impl {
   // One step at a time; the thread that runs it (callbacks may not step again).
   std::mutex step_mutex;
   std::atomic<std::thread::id> stepping_thread{};  // read by other threads (step() and shutdown() checks)
+  std::atomic<std::thread::id> host_stepper{};     // the last thread that called step() (wait() checks)
   std::thread runner;
   bool runner_stop = false;  // under mutex
 

@@ -299,6 +299,25 @@ TEST_CASE("engine: bad input is rejected with its reason; shutdown cancels what 
   CHECK(engine->release(quick));
   expect_error([&] { engine->result(quick); }, ErrorCode::invalid_argument, "unknown request handle");
 
+  // wait() that nothing could end: on the thread that drives step() (no start()), and
+  // from a request callback. Both throw instead of blocking; the request still runs.
+  RequestHandle waiter = 0;
+  bool callback_threw = false;
+  Request stuck{.prompt = "Hello", .sampler = {.temperature = 0.0f}, .generate = gen_options(3)};
+  stuck.on_token = [&](const TokenEvent&) {
+    try {
+      engine->wait(waiter);
+    } catch (const Error& e) {
+      callback_threw = e.code() == ErrorCode::invalid_argument;
+    }
+    return Control::proceed;
+  };
+  waiter = engine->submit(std::move(stuck));
+  expect_error([&] { engine->wait(waiter); }, ErrorCode::invalid_argument, "drives step()");
+  while (engine->pending() > 0) engine->step();
+  CHECK(callback_threw);
+  CHECK(engine->wait(waiter).state == RequestState::finished);  // ended: returns at once
+
   // Shutdown with requests in flight: each ends cancelled; later submissions are rejected.
   std::vector<RequestHandle> inflight;
   for (int i = 0; i < 3; ++i)
