@@ -57,6 +57,46 @@ int64_t bit_mismatches(const std::vector<float>& a, const std::vector<float>& b)
   return n;
 }
 
+// One level's decode-attention kernels on n rows whose exact values are `keys` and
+// `values` (n x hd floats each), called as scores(q, s, ld) and pv(p, ld, acc), against
+// sums in double: the scores scaled by 0.125 with nothing past n written (strides wider
+// than the rows), P.V added to what acc held.
+template <class Scores, class PV>
+void check_scores_and_pv(std::mt19937& rng, std::normal_distribution<float>& normal, int group, int hd, int n,
+                         const std::vector<float>& keys, const std::vector<float>& values, const Scores& scores,
+                         const PV& pv) {
+  std::vector<float> q(size_t(group) * hd);
+  for (auto& x : q) x = normal(rng);
+  const int ld = n + 3;
+  std::vector<float> s(size_t(group) * ld, -7.0f);
+  scores(q.data(), s.data(), ld);
+  for (int g = 0; g < group; ++g) {
+    for (int j = 0; j < n; ++j) {
+      double want = 0.0, mag = 0.0;
+      for (int d = 0; d < hd; ++d) {
+        const double term = double(q[size_t(g * hd + d)]) * keys[size_t(j * hd + d)];
+        want += term, mag += std::fabs(term);
+      }
+      CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
+    }
+    for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);
+  }
+  std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
+  for (auto& x : p) x = std::fabs(normal(rng));
+  for (auto& x : acc) x = normal(rng);
+  const std::vector<float> before = acc;
+  pv(p.data(), ld, acc.data());
+  for (int g = 0; g < group; ++g)
+    for (int d = 0; d < hd; ++d) {
+      double want = before[size_t(g * hd + d)], mag = std::fabs(want);
+      for (int j = 0; j < n; ++j) {
+        const double term = double(p[size_t(g * ld + j)]) * values[size_t(j * hd + d)];
+        want += term, mag += std::fabs(term);
+      }
+      CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("op kernels: one table per level, selected by EMBER_CPU_ISA", "[kernels]") {
@@ -211,42 +251,17 @@ TEST_CASE("op kernels: F16 decode-attention scores and P.V agree with double sum
           std::vector<const uint16_t*> krows(static_cast<size_t>(n)), vrows(static_cast<size_t>(n));
           for (int j = 0; j < n; ++j) krows[size_t(j)] = keys.data() + size_t(j) * hd;
           for (int j = 0; j < n; ++j) vrows[size_t(j)] = values.data() + size_t(j) * hd;
-          std::vector<float> q(size_t(group) * hd);
-          for (auto& x : q) x = normal(rng);
-          const int ld = n + 3;  // strides wider than the rows
-          std::vector<float> s(size_t(group) * ld, -7.0f);
-          k.scores_f16(q.data(), group, hd, krows.data(), n, 0.125f, s.data(), ld);
-          for (int g = 0; g < group; ++g) {
-            for (int j = 0; j < n; ++j) {
-              double want = 0.0, mag = 0.0;
-              for (int d = 0; d < hd; ++d) {
-                const double term = double(q[size_t(g * hd + d)]) * ember::fp16_to_fp32(keys[size_t(j * hd + d)]);
-                want += term, mag += std::fabs(term);
-              }
-              CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
-            }
-            for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);  // nothing past n written
-          }
-          std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
-          for (auto& x : p) x = std::fabs(normal(rng));
-          for (auto& x : acc) x = normal(rng);
-          std::vector<float> before = acc;
-          k.pv_f16(p.data(), ld, group, hd, vrows.data(), n, acc.data());
-          for (int g = 0; g < group; ++g)
-            for (int d = 0; d < hd; ++d) {
-              double want = before[size_t(g * hd + d)], mag = std::fabs(want);
-              for (int j = 0; j < n; ++j) {
-                const double term = double(p[size_t(g * ld + j)]) * ember::fp16_to_fp32(values[size_t(j * hd + d)]);
-                want += term, mag += std::fabs(term);
-              }
-              CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
-            }
+          std::vector<float> kf(keys.size()), vf(values.size());
+          for (size_t i = 0; i < keys.size(); ++i)
+            kf[i] = ember::fp16_to_fp32(keys[i]), vf[i] = ember::fp16_to_fp32(values[i]);
+          check_scores_and_pv(
+              rng, normal, group, hd, n, kf, vf,
+              [&](const float* q, float* s, int ld) { k.scores_f16(q, group, hd, krows.data(), n, 0.125f, s, ld); },
+              [&](const float* p, int ld, float* acc) { k.pv_f16(p, ld, group, hd, vrows.data(), n, acc); });
         }
   }
 }
 
-// exp_masked and exp_masked16: -inf entries become 0, the rest e^(s - max) within
-// exp_approx's 3e-7, and the returned sum is theirs.
 // The INT8 decode-attention scores and P.V (KV_Q8_G32 / G64 rows read in place), where a level
 // has them, against sums in double of q times the decoded values: both the keys-across-
 // lanes form (small heads, wide groups) and the dims-across-lanes one, groups of 16
@@ -281,37 +296,12 @@ TEST_CASE("op kernels: INT8 decode-attention scores and P.V agree with double su
               }
             std::vector<const uint8_t*> rows(static_cast<size_t>(n));
             for (int j = 0; j < n; ++j) rows[size_t(j)] = keys.data() + size_t(j) * size_t(blocks * block_bytes);
-            std::vector<float> q(size_t(group) * hd);
-            for (auto& x : q) x = normal(rng);
-            const int ld = n + 3;
-            std::vector<float> s(size_t(group) * ld, -7.0f);
-            k.scores_q8(q.data(), group, hd, gsize, rows.data(), n, 0.125f, s.data(), ld);
-            for (int g = 0; g < group; ++g) {
-              for (int j = 0; j < n; ++j) {
-                double want = 0.0, mag = 0.0;
-                for (int d = 0; d < hd; ++d) {
-                  const double term = double(q[size_t(g * hd + d)]) * decoded[size_t(j * hd + d)];
-                  want += term, mag += std::fabs(term);
-                }
-                CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
-              }
-              for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);
-            }
-            // The same rows as values.
-            std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
-            for (auto& x : p) x = std::fabs(normal(rng));
-            for (auto& x : acc) x = normal(rng);
-            const std::vector<float> before = acc;
-            k.pv_q8(p.data(), ld, group, hd, gsize, rows.data(), n, acc.data());
-            for (int g = 0; g < group; ++g)
-              for (int d = 0; d < hd; ++d) {
-                double want = before[size_t(g * hd + d)], mag = std::fabs(want);
-                for (int j = 0; j < n; ++j) {
-                  const double term = double(p[size_t(g * ld + j)]) * decoded[size_t(j * hd + d)];
-                  want += term, mag += std::fabs(term);
-                }
-                CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
-              }
+            check_scores_and_pv(
+                rng, normal, group, hd, n, decoded, decoded,
+                [&](const float* q, float* s, int ld) {
+                  k.scores_q8(q, group, hd, gsize, rows.data(), n, 0.125f, s, ld);
+                },
+                [&](const float* p, int ld, float* acc) { k.pv_q8(p, ld, group, hd, gsize, rows.data(), n, acc); });
           }
   }
 }
@@ -351,36 +341,12 @@ TEST_CASE("op kernels: INT4 decode-attention scores and P.V agree with double su
               }
             std::vector<const uint8_t*> rows(static_cast<size_t>(n));
             for (int j = 0; j < n; ++j) rows[size_t(j)] = rows_bytes.data() + size_t(j) * size_t(blocks * block_bytes);
-            std::vector<float> q(size_t(group) * hd);
-            for (auto& x : q) x = normal(rng);
-            const int ld = n + 3;
-            std::vector<float> s(size_t(group) * ld, -7.0f);
-            k.scores_q4(q.data(), group, hd, gsize, rows.data(), n, 0.125f, s.data(), ld);
-            for (int g = 0; g < group; ++g) {
-              for (int j = 0; j < n; ++j) {
-                double want = 0.0, mag = 0.0;
-                for (int d = 0; d < hd; ++d) {
-                  const double term = double(q[size_t(g * hd + d)]) * decoded[size_t(j * hd + d)];
-                  want += term, mag += std::fabs(term);
-                }
-                CHECK(std::fabs(s[size_t(g * ld + j)] - 0.125 * want) <= 1e-6 * (0.125 * mag + 1e-3));
-              }
-              for (int j = n; j < ld; ++j) CHECK(s[size_t(g * ld + j)] == -7.0f);
-            }
-            std::vector<float> p(size_t(group) * ld), acc(size_t(group) * hd);
-            for (auto& x : p) x = std::fabs(normal(rng));
-            for (auto& x : acc) x = normal(rng);
-            const std::vector<float> before = acc;
-            k.pv_q4(p.data(), ld, group, hd, gsize, rows.data(), n, acc.data());
-            for (int g = 0; g < group; ++g)
-              for (int d = 0; d < hd; ++d) {
-                double want = before[size_t(g * hd + d)], mag = std::fabs(want);
-                for (int j = 0; j < n; ++j) {
-                  const double term = double(p[size_t(g * ld + j)]) * decoded[size_t(j * hd + d)];
-                  want += term, mag += std::fabs(term);
-                }
-                CHECK(std::fabs(acc[size_t(g * hd + d)] - want) <= 1e-6 * (mag + 1e-3));
-              }
+            check_scores_and_pv(
+                rng, normal, group, hd, n, decoded, decoded,
+                [&](const float* q, float* s, int ld) {
+                  k.scores_q4(q, group, hd, gsize, rows.data(), n, 0.125f, s, ld);
+                },
+                [&](const float* p, int ld, float* acc) { k.pv_q4(p, ld, group, hd, gsize, rows.data(), n, acc); });
           }
   }
 }
@@ -441,6 +407,8 @@ TEST_CASE("op kernels: pv_lanes_f16 gives axpy_f16's bits", "[kernels]") {
     if (isa == Isa::avx2) CHECK(levels_with_it > 0);  // the AVX2 and AVX-512 levels have it
 }
 
+// exp_masked and exp_masked16: -inf entries become 0, the rest e^(s - max) within
+// exp_approx's 3e-7, and the returned sum is theirs.
 TEST_CASE("op kernels: exp_masked zeroes masked entries and returns the sum", "[kernels]") {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (const Isa isa : cpu::available_isas())
