@@ -46,7 +46,7 @@ extern "C" {
   }
 
 /* The version of this C interface: raised when functions or fields are added. */
-#define EMBER_C_API_VERSION 1
+#define EMBER_C_API_VERSION 2
 
 typedef enum ember_status {
   EMBER_OK = 0,
@@ -67,7 +67,7 @@ EMBER_API const char* ember_status_name(ember_status status);
 /* The message of the last failed call on this thread ("" when none). Valid until the
  * next ember call on this thread. */
 EMBER_API const char* ember_last_error(void);
-/* ember's version ("1.0.0") and the C interface version of the library loaded. */
+/* ember's version ("1.1.0") and the C interface version of the library loaded. */
 EMBER_API const char* ember_version(void);
 EMBER_API int32_t ember_c_api_version(void);
 
