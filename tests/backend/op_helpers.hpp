@@ -112,15 +112,28 @@ inline double max_abs(const std::vector<float>& a) {
   return m;
 }
 
-// Runs `op` on both backends and returns (reference result, cpu result); `isa` forces
-// the CPU kernel level (default: the best this machine has).
+// Runs `op` on the reference backend.
+template <typename Op>
+auto on_reference(Op op) {
+  auto ref = reference::make_reference_backend();
+  Placed a{*ref, {}};
+  return op(a);
+}
+
+// Runs `op` on the CPU backend; `isa` forces the kernel level (default: the best this
+// machine has).
+template <typename Op>
+auto on_cpu(int threads, Op op, std::optional<cpu::Isa> isa = std::nullopt) {
+  auto cpu = cpu::make_cpu_backend({.threads = threads, .isa = isa});
+  Placed b{*cpu, {}};
+  return op(b);
+}
+
+// Runs `op` on both backends and returns (reference result, cpu result).
 template <typename Op>
 auto both(int threads, Op op, std::optional<cpu::Isa> isa = std::nullopt) {
-  auto ref = reference::make_reference_backend();
-  auto cpu = cpu::make_cpu_backend({.threads = threads, .isa = isa});
-  Placed a{*ref, {}}, b{*cpu, {}};
-  auto r = op(a);
-  auto c = op(b);
+  auto r = on_reference(op);
+  auto c = on_cpu(threads, op, isa);
   return std::pair{std::move(r), std::move(c)};
 }
 
