@@ -42,7 +42,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -82,10 +81,11 @@ struct Matrices {
 // The matrices of the running benchmark; benchmarks are registered type by type and
 // shape by shape, so keeping only the last set bounds memory without rebuilding often.
 Matrices& matrices(DType type, Shape shape) {
-  static std::optional<Matrices> cached;
+  static std::unique_ptr<Matrices> cached;
   if (cached && cached->type == type && cached->shape.in == shape.in && cached->shape.out == shape.out) return *cached;
   cached.reset();
-  Matrices& m = cached.emplace();
+  cached = std::make_unique<Matrices>();
+  Matrices& m = *cached;
   m.type = type;
   m.shape = shape;
   const size_t row_bytes = ember::quant::row_bytes(type, shape.in);
@@ -112,11 +112,12 @@ Matrices& matrices(DType type, Shape shape) {
 // The same matrices in the CPU's rows8 layout (cpu/kernels/repack.hpp), as the CPU
 // backend repacks them at load.
 Matrices& repacked_matrices(DType type, Shape shape) {
-  static std::optional<Matrices> cached;
+  static std::unique_ptr<Matrices> cached;
   if (cached && cached->type == type && cached->shape.in == shape.in && cached->shape.out == shape.out) return *cached;
   cached.reset();
   const Matrices& plain = matrices(type, shape);
-  Matrices& m = cached.emplace();
+  cached = std::make_unique<Matrices>();
+  Matrices& m = *cached;
   m.type = type;
   m.shape = shape;
   m.bytes_each = plain.bytes_each;

@@ -727,7 +727,8 @@ TEST_CASE("quantize --type Q5_K_M and Q8_0 --method gptq: the same file on 1 and
       // No gate: its perplexities come from forward passes on `threads` threads, and
       // the file records them.
       options.max_ppl_rise = 0;
-      const fs::path out = dir / ("t" + std::to_string(threads) + ".gguf");
+      fs::path out = dir / "t";
+      out += std::to_string(threads) + ".gguf";  // (GCC 12 warns, -Wrestrict, on "t" + std::string)
       const ember::QuantizeReport report = ember::quantize_model(llama_f16().string(), out.string(), options);
       size_t n_gptq = 0;
       for (const auto& t : report.tensors) n_gptq += t.gptq;

@@ -297,7 +297,7 @@ TEST_CASE("Q4_G128 and Q4_G64 files load and run close to the source", "[quantiz
   REQUIRE(source.size() == 16 * 512);
   quantize(llama_f16(), dir / "q4_0.gguf", QuantRecipe::q4_0);
   const double q4_0_error = rms_error(logits_of(dir / "q4_0.gguf"), source);
-  for (const auto [recipe, type] : {std::pair{QuantRecipe::q4_g128, DType::q4_g128}, std::pair{QuantRecipe::q4_g64, DType::q4_g64}}) {
+  for (const auto& [recipe, type] : {std::pair{QuantRecipe::q4_g128, DType::q4_g128}, std::pair{QuantRecipe::q4_g64, DType::q4_g64}}) {
     INFO(ember::to_string(recipe));
     const fs::path out = dir / (std::string(ember::to_string(recipe)) + ".gguf");
     const ember::QuantizeReport report = quantize(llama_f16(), out, recipe);
