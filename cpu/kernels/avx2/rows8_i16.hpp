@@ -22,7 +22,8 @@
 // block's d_w * d_a one multiply per 8 rows (as rows8_lanes) shared by the 8 lanes.
 // Per block and token: 33 instructions on the multiplying ports for 8 rows x 32 values.
 // Tokens go by in pairs (i16_token_pair): one load of a code vector serves both, and a
-// token's operands come from 16-byte loads and vpshufd instead of broadcast loads.
+// token's operands come from 16-byte loads and vpshufd instead of broadcast loads. An
+// odd last token goes through as both tokens of a pair, its second result discarded.
 //
 // Activations: matmul widens them once per op (WeightKernels::packed, dot_tile_i16_packed
 // below) and passes blocks of up to kI16Call tokens over all weight rows, so that the
@@ -124,32 +125,6 @@ inline void widen_chunk(const std::byte* w, size_t w_row_bytes, int64_t b0, int 
   }
 }
 
-// One token (its pairs and scales from block b0 on), blocks [0, nbc) of the chunk: the
-// eight lanes of the 8 rows in registers, lanes[m] before (if !first) and after.
-inline void i16_token(const I16Chunk& c, const std::byte* pairs, const float* scales, int nbc, bool first,
-                      float (&lanes)[8][8]) {
-  __m256 acc[8];
-  for (int m = 0; m < 8; ++m) acc[m] = first ? _mm256_setzero_ps() : _mm256_load_ps(lanes[m]);
-  for (int b = 0; b < nbc; ++b) {
-    const __m256 dd = _mm256_mul_ps(c.d[b], _mm256_broadcast_ss(scales + b));
-    const std::byte* pb = pairs + size_t(b) * 64;
-    for (int m = 0; m < 8; ++m) {
-      __m256i s;
-      if constexpr (kVnni) {
-        const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(c.codes[b][m][0]));
-        s = dot4_add(bcast32(pb + 8 * m + 4), u, bcast32(pb + 8 * m));
-      } else {
-        const __m256i even = _mm256_load_si256(reinterpret_cast<const __m256i*>(c.codes[b][m][0]));
-        const __m256i odd = _mm256_load_si256(reinterpret_cast<const __m256i*>(c.codes[b][m][1]));
-        s = _mm256_add_epi32(_mm256_madd_epi16(even, bcast32(pb + 8 * m)),
-                             _mm256_madd_epi16(odd, bcast32(pb + 8 * m + 4)));
-      }
-      acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[m]);
-    }
-  }
-  for (int m = 0; m < 8; ++m) _mm256_store_ps(lanes[m], acc[m]);
-}
-
 // Two tokens at once, in two passes over the chunk's blocks of four lanes each (lanes
 // are independent: each keeps its own order over the blocks), so that the 4 x 2
 // accumulators and both tokens' d_w * d_a stay in the 16 registers; a token's operands
@@ -157,7 +132,7 @@ inline void i16_token(const I16Chunk& c, const std::byte* pairs, const float* sc
 // of four broadcast loads. Per block and token about 23 loads instead of 34 (GCC keeps
 // the code vectors as memory operands of both tokens' vpmaddwd; holding them in
 // registers spilled an accumulator and was slower). AMD Zen 3 completes ~1.5 256-bit
-// loads per cycle, which bounded i16_token at ~23 cycles per block and token against
+// loads per cycle, which bounded the one-token loop at ~23 cycles per block and token against
 // ~11 for its arithmetic. A micro-benchmark of the two loops (data in L2, Zen 3): 7.4 ->
 // 5.8 ns per block and token; bench_kernels Q8_0 avx2 2048 x 2048, 128 tokens, 1 thread
 // (with the L2-sized token blocks of cpu/ops/matmul.cpp): 16.5 -> 14.6 ms, best of 20.
@@ -242,6 +217,7 @@ inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* a
   const I16Layout l = i16_layout(n);
   I16Chunk chunk;
   alignas(32) float lanes[kI16Call][8][8];  // [token][m][row]
+  alignas(32) float spare[8][8];            // the discarded twin of an odd last token
   for (int c0 = 0; c0 < n_x; c0 += kI16Call) {
     const int nc = n_x - c0 < kI16Call ? n_x - c0 : kI16Call;
     for (int64_t b0 = 0; b0 < nb; b0 += kI16Chunk) {
@@ -261,15 +237,11 @@ inline void rows8_i16(const std::byte* w, size_t w_row_bytes, const std::byte* a
         for (; r_next < kRows8 && r_next * nc < t_end * kRows8; ++r_next)
           for (size_t o = 0; o < ahead; o += 64) __builtin_prefetch(next + size_t(r_next) * w_row_bytes + o);
         const std::byte* row = act + size_t(c0 + t) * act_row_bytes;
-        if (t + 1 < nc) {
-          const std::byte* row1 = row + act_row_bytes;
-          i16_token_pair(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row) + b0,
-                         row1 + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row1) + b0, nbc, b0 == 0,
-                         lanes[t], lanes[t + 1]);
-        } else {
-          i16_token(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row) + b0, nbc,
-                    b0 == 0, lanes[t]);
-        }
+        const bool both = t + 1 < nc;
+        const std::byte* row1 = both ? row + act_row_bytes : row;
+        i16_token_pair(chunk, row + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row) + b0,
+                       row1 + l.pairs + size_t(b0) * 64, reinterpret_cast<const float*>(row1) + b0, nbc, b0 == 0,
+                       lanes[t], both ? lanes[t + 1] : spare);
       }
     }
     for (int t = 0; t < nc; ++t) store_rows8(out + size_t(c0 + t) * out_stride, lanes8_sum_rows8(lanes[t]));
