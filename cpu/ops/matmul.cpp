@@ -54,6 +54,7 @@ size_t packed_block_bytes() {
 #endif
   return kPackedBlockBytes;
 }
+
 // Scratch offset alignment of the converted activations.
 constexpr size_t kAlign = 64;
 
