@@ -62,7 +62,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const std::optional<QuantRecipe> recipe = parse_quant_recipe(type_name);
   if (!recipe)
     throw UsageError(fmt::format("unknown type '{}' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M, "
-                                 "Q4_G128, Q4_G64, Q8_W, Q8_WR)",
+                                 "Q4_G128, Q4_G64, Q8_W, Q8_WR, F16)",
                                  type_name));
   if (*recipe == QuantRecipe::q4_k || *recipe == QuantRecipe::q5_k)
     std::fprintf(stderr, "ember quantize: note: %s here is one K type with the output rule; llama-quantize reads "

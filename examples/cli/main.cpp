@@ -89,13 +89,15 @@ speculative decoding (lossless: the same tokens as without it):
 )"},
       {"quantize", ember::cli::cmd_quantize, R"(ember quantize IN OUT --type TYPE [-t THREADS] [--pure] [--method gptq|awq] [--calib FILE [--samples N]] [--act-order]
                  [--budget SIZE | --bpw B] [--sensitivity proxy|kl] [--eval FILE] [--max-ppl-rise R | --no-gate]
-  Writes OUT, a GGUF quantized from IN (F32/F16/BF16), with llama-quantize's types. IN may
+  Writes OUT, a GGUF quantized from IN (F32/F16/BF16; a quantized IN is dequantized first,
+  with a warning), with llama-quantize's types. IN may
   also be a Hugging Face checkpoint folder: it is converted first, as `ember convert` does.
   TYPE: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (one type; the output / tied embedding in Q6_K or Q8_0),
         Q4_K Q5_K Q6_K (the same with super-block types), Q4_K_M Q5_K_M (llama.cpp's mixtures),
         Q4_G128 Q4_G64 (ember's asymmetric INT4 groups of 128 / 64; only ember loads them),
         Q8_W (ember's W8A8: INT8 per weight row and per token; only ember loads it),
-        Q8_WR (Q8_W on Hadamard-rotated weights and activations: W8A8 nearer the source)
+        Q8_WR (Q8_W on Hadamard-rotated weights and activations: W8A8 nearer the source),
+        F16 (no quantization: every weight, of any type ember reads, dequantized to F16)
   -t, --threads N        threads (default 1)
   --pure                 every quantizable tensor in TYPE (rows it cannot hold still fall back)
   --method rtn|gptq|awq  rtn: round to nearest (default, llama-quantize's bytes); gptq: GPTQ

@@ -28,6 +28,8 @@ enum class QuantRecipe {
                                   // with one scale per token (only ember loads it); output as above
   q8_wr,                          // Q8_W with weights and activations Hadamard-rotated per 32 values
                                   // (the activations' outlier channels spread over their group)
+  f16,                            // no quantization: every weight (of any type ember reads) as F16,
+                                  // llama-quantize's F16; the round-to-nearest method only
 };
 
 // "Q4_K_M" and the like; the parse is case-insensitive. nullopt for other names.

@@ -63,6 +63,7 @@ quantize::Recipe to_internal(QuantRecipe r) {
     case QuantRecipe::q4_g64: return quantize::Recipe::q4_g64;
     case QuantRecipe::q8_w: return quantize::Recipe::q8_w;
     case QuantRecipe::q8_wr: return quantize::Recipe::q8_wr;
+    case QuantRecipe::f16: return quantize::Recipe::f16;
   }
   fail(ErrorCode::invalid_argument, "quantize: unknown recipe {}", int(r));
 }
@@ -260,7 +261,7 @@ std::optional<QuantRecipe> parse_quant_recipe(std::string_view name) {
   static constexpr QuantRecipe kAll[] = {QuantRecipe::q8_0, QuantRecipe::q4_0, QuantRecipe::q4_1, QuantRecipe::q5_0,
                                          QuantRecipe::q5_1, QuantRecipe::q4_k, QuantRecipe::q5_k, QuantRecipe::q6_k,
                                          QuantRecipe::q4_k_m, QuantRecipe::q5_k_m, QuantRecipe::q4_g128,
-                                         QuantRecipe::q4_g64, QuantRecipe::q8_w, QuantRecipe::q8_wr};
+                                         QuantRecipe::q4_g64, QuantRecipe::q8_w, QuantRecipe::q8_wr, QuantRecipe::f16};
   const quantize::RecipeInfo* info = quantize::find_recipe(name);
   if (!info) return std::nullopt;
   for (QuantRecipe r : kAll)
@@ -319,6 +320,10 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
   require(options.gate_step >= 0, "quantize: gate_step is {}, must be >= 0", options.gate_step);
   require(options.gate_max_rounds >= 0, "quantize: gate_max_rounds is {}, must be >= 0", options.gate_max_rounds);
   const bool measure_kl = options.sensitivity == Sensitivity::kl;
+  const bool to_f16 = recipe.base == DType::f16;   // a conversion: nothing is quantized
+  require(!to_f16 || (options.method == QuantMethod::rtn && !mix && !measure_kl),
+          "quantize: F16 converts every weight to F16 and quantizes nothing: --method, --budget / --bpw and "
+          "--sensitivity kl do not apply to it");
   require(options.sensitivity == Sensitivity::proxy || measure_kl, "quantize: unknown sensitivity {}",
           int(options.sensitivity));
   require(!measure_kl || !options.calibration_text.empty(),
@@ -373,7 +378,12 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
            quant::type_name(plan.type));
     if (t.type != DType::f32 && t.type != DType::f16 && t.type != DType::bf16) ++requantized;
   }
-  if (requantized > 0)
+  if (requantized > 0 && to_f16)
+    report.warnings.push_back(fmt::format(
+        "{} of the tensors are quantized: they are dequantized and rounded to F16, which does not bring back the "
+        "weights they were quantized from",
+        requantized));
+  else if (requantized > 0)
     report.warnings.push_back(fmt::format(
         "{} of the tensors to quantize are already quantized: they are dequantized and quantized again, which loses "
         "more accuracy than quantizing the original weights",

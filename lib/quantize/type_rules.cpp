@@ -14,7 +14,7 @@ using quant::DType;
 
 // general.file_type values are llama.cpp's llama_ftype. The plain K recipes have no
 // ftype of their own; they are written as the "_S" (mostly that type) codes.
-constexpr std::array<RecipeInfo, 14> kRecipes{{
+constexpr std::array<RecipeInfo, 15> kRecipes{{
     {Recipe::q8_0, "Q8_0", DType::q8_0, 7, false},
     {Recipe::q4_0, "Q4_0", DType::q4_0, 2, false},
     {Recipe::q4_1, "Q4_1", DType::q4_1, 3, false},
@@ -30,7 +30,12 @@ constexpr std::array<RecipeInfo, 14> kRecipes{{
     {Recipe::q4_g64, "Q4_G64", DType::q4_g64, 1101, false},
     {Recipe::q8_w, "Q8_W", DType::q8_w, 1102, false},
     {Recipe::q8_wr, "Q8_WR", DType::q8_wr, 1104, false},
+    // No quantization: llama_ftype MOSTLY_F16, every quantizable tensor in F16 and no
+    // per-tensor rules (llama-quantize applies them to quantized types only).
+    {Recipe::f16, "F16", DType::f16, 1, false},
 }};
+
+bool is_quantized(DType type) { return type != DType::f32 && type != DType::f16 && type != DType::bf16; }
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
@@ -208,7 +213,7 @@ std::vector<TensorPlan> plan_types(const std::vector<TensorShape>& tensors, cons
     const TensorShape& t = tensors[index];
     TensorPlan plan{.index = index, .type = t.type};
     if (is_quantizable(t)) {
-      DType type = pure ? info.base : rule_type(t, facts, info, counters);
+      DType type = pure || !is_quantized(info.base) ? info.base : rule_type(t, facts, info, counters);
       const int64_t cols = t.shape.empty() ? 1 : t.shape[0];
       if (cols % quant::type_info(type).block_elems != 0) {
         type = fallback_of(type, t.name, cols);

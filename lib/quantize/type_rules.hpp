@@ -18,7 +18,7 @@
 namespace ember::quantize {
 
 // What the user asked for (`--type`).
-enum class Recipe { q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m, q4_g128, q4_g64, q8_w, q8_wr };
+enum class Recipe { q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m, q4_g128, q4_g64, q8_w, q8_wr, f16 };
 
 struct RecipeInfo {
   Recipe recipe;

@@ -52,10 +52,19 @@ std::vector<Digest> digests_of(const fs::path& gguf_path) {
   return out;
 }
 
+// The same digest over a whole file, read in 1 MiB pieces (the real model's F16 file is 518 MiB).
 std::string fnv1a64_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return fnv1a64(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+  REQUIRE(in.good());
+  std::vector<char> piece(size_t(1) << 20);
+  uint64_t h = 0xcbf29ce484222325ull;
+  while (in) {
+    in.read(piece.data(), std::streamsize(piece.size()));
+    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ uint64_t(static_cast<unsigned char>(piece[size_t(i)]))) * 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 fs::path recorded_dir() { return ember::test::data_dir() / "quant" / "llama-quantize"; }
@@ -184,14 +193,46 @@ TEST_CASE("a BF16 source gives llama-quantize's file too", "[quantize]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("F16 from a quantized file is llama-quantize's F16 file", "[quantize]") {
+  // llama-quantize --allow-requantize IN OUT F16: every block type ember reads dequantized
+  // and rounded to F16, the F32 norms copied, general.file_type 1.
+  const fs::path dir = scratch("f16");
+  for (const char* name : {"llama-Q8_0", "llama-Q4_0", "llama-Q4_1", "llama-Q5_0", "llama-Q5_1", "llama-Q4_K_M",
+                           "llama-Q5_K_M", "llama-Q6_K", "llama-BF16", "gemma3-Q4_K_M", "gemma3-Q8_0", "qwen2-Q8_0"}) {
+    INFO(name);
+    const fs::path in = ember::test::golden_dir() / (std::string(name) + ".gguf");
+    EMBER_SKIP_IF_MISSING(in);
+    const ember::QuantizeReport report = quantize(in, dir / "out.gguf", QuantRecipe::f16, false, 2);
+    CHECK(fnv1a64_file(dir / "out.gguf") == recorded_file_digest(std::string(name) + "-F16"));
+    CHECK(report.file_type == 1);
+    // A quantized source says that its weights come back only as they were stored.
+    CHECK(report.warnings.empty() == (std::string(name) == "llama-BF16"));
+  }
+  // A conversion quantizes nothing: the calibrated methods and budgets are refused.
+  ember::QuantizeOptions options;
+  options.recipe = QuantRecipe::f16;
+  options.budget_bytes = 1 << 20;
+  expect_error([&] { ember::quantize_model(llama_f16().string(), (dir / "no.gguf").string(), options); },
+               ErrorCode::invalid_argument, "quantizes nothing");
+  CHECK(!fs::exists(dir / "no.gguf"));
+  CHECK(ember::parse_quant_recipe("f16") == QuantRecipe::f16);
+  CHECK(std::string(ember::to_string(QuantRecipe::f16)) == "F16");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("Gemma 3 270M: the whole file is llama-quantize's, for every recipe", "[quantize][.][real_model]") {
-  // The F16 source of docs/quantization.md, beside the real model in the user cache.
-  const fs::path in = ember::test::real_model_path().parent_path().parent_path() / "bench" / "gemma-3-270m-F16.gguf";
-  if (!fs::exists(in)) {
-    WARN("no " << in << "; skipped");
+  // The source of docs/quantization.md: the real model's Q4_K_M file dequantized to F16.
+  // ember makes it here, and it must be llama-quantize's F16 file byte for byte before
+  // each recipe is compared with llama-quantize's file from that source.
+  const fs::path model = ember::test::real_model_path();
+  if (!fs::exists(model)) {
+    WARN("the real model is not at " << model << "; skipped (scripts/fetch-model.sh)");
     return;
   }
   const fs::path dir = scratch("gemma");
+  const fs::path in = dir / "gemma-3-270m-F16.gguf";
+  quantize(model, in, QuantRecipe::f16, false, 2);
+  REQUIRE(fnv1a64_file(in) == recorded_file_digest("gemma-F16"));
   for (const Case& c : kCases) {
     if (c.pure) continue;   // llama-quantize --pure cannot write Gemma (rows of 640)
     std::string name = std::string(c.recorded).replace(0, 5, "gemma");
