@@ -5,7 +5,11 @@ set -euo pipefail
 
 packages=(build-essential cmake git pkg-config python3 python3-pip libeigen3-dev libfmt-dev catch2 libbenchmark-dev
   # The ARM64 cross build and its tests under emulation (scripts/test-arm.sh).
-  g++-aarch64-linux-gnu qemu-user)
+  g++-aarch64-linux-gnu qemu-user
+  # A compiler cache: scripts/test.sh compiles the library four times (the main build, the
+  # shared-library install test, the ARM64 and the emulated-VNNI builds), mostly the same
+  # translation units.
+  ccache)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,8 +3,10 @@
 # find_package and with pkg-config), and, for the shared library, a Python program
 # through ctypes. Arguments (-D):
 #   VARIANT   static: install BUILD_DIR (the main build, EMBER_SHARED=OFF)
-#             shared: first configure and build ember with EMBER_SHARED=ON in WORK_DIR
-#   BUILD_DIR (ember's main build tree), SOURCE_DIR, WORK_DIR, CUDA (ON/OFF, as the main build)
+#             shared: first configure and build ember with EMBER_SHARED=ON in SHARED_BUILD_DIR
+#   BUILD_DIR (ember's main build tree), SOURCE_DIR, WORK_DIR (hosts and the install prefix),
+#   CUDA (ON/OFF, as the main build), C_LAUNCHER, CXX_LAUNCHER, CUDA_LAUNCHER (the main
+#   build's compiler launchers, empty or ccache, passed on to the shared build)
 # The model is found at test time like the C++ tests do: $EMBER_MODEL, else
 # $EMBER_CACHE_DIR, $XDG_CACHE_HOME/ember or ~/.cache/ember, under models/.
 # Exits with code 4 (skipped) when the model is absent.
@@ -40,10 +42,17 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 set(ember_build "${BUILD_DIR}")
 if(VARIANT STREQUAL "shared")
-  set(ember_build "${WORK_DIR}/ember-shared")
+  set(ember_build "${SHARED_BUILD_DIR}")
+  file(REMOVE_RECURSE "${ember_build}")
+  set(launch "")
+  foreach(lang C CXX CUDA)
+    if(${lang}_LAUNCHER)
+      list(APPEND launch "-DCMAKE_${lang}_COMPILER_LAUNCHER=${${lang}_LAUNCHER}")
+    endif()
+  endforeach()
   run("configuring ember with EMBER_SHARED=ON" COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${ember_build}"
       -DCMAKE_BUILD_TYPE=Release -DEMBER_SHARED=ON -DEMBER_CUDA=${CUDA} -DEMBER_BUILD_TESTS=OFF
-      -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=ON)
+      -DEMBER_BUILD_BENCH=OFF -DEMBER_BUILD_EXAMPLES=ON ${launch})
   cmake_host_system_information(RESULT jobs QUERY NUMBER_OF_LOGICAL_CORES)
   run("building the shared library" COMMAND ${CMAKE_COMMAND} --build "${ember_build}" -j ${jobs})
 endif()
