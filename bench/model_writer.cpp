@@ -44,8 +44,6 @@ const FileTypeRow& row_of(FileType type) {
   fail(ErrorCode::invalid_argument, "unknown file type {}", int(type));
 }
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
-
 // llama.cpp's use_more_bits (src/llama-quant.cpp): the first and last eighth of
 // the layers and every third layer in between get more bits in the _M mixes.
 bool use_more_bits(int layer, int n_layer) {
@@ -193,7 +191,7 @@ uint32_t llama_ftype(FileType type) { return row_of(type).ftype; }
 DType weight_type_of(FileType type, std::string_view kind, int layer, int n_layer) {
   const DType base = row_of(type).base;
   if (kind.ends_with("norm.weight") || kind == "ffn_gate_inp.weight") return DType::f32;
-  if (is_float(base)) return base;
+  if (quant::is_float_type(base)) return base;
   if (kind == "output.weight") return base == DType::q8_0 ? DType::q8_0 : DType::q6_k;
   if ((type == FileType::q4_k_m || type == FileType::q5_k_m) && (kind == "attn_v.weight" || kind.starts_with("ffn_down")) &&
       use_more_bits(layer, n_layer))

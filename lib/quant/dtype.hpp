@@ -73,6 +73,9 @@ inline std::string_view type_name(DType type) { return type_info(type).name; }
 // Every type ember can use as weights, in the registry's order (lib/quant/weight_types.hpp).
 std::span<const DType> weight_types();
 
+// The plain float types F32, F16 and BF16: one value per element, nothing to dequantize.
+inline bool is_float_type(DType type) { return type == DType::f32 || type == DType::f16 || type == DType::bf16; }
+
 // ember's own weight formats (registry ids from 1100 up): no GGUF reader but ember's loads them.
 inline bool is_ember_weight_type(DType type) { return static_cast<uint32_t>(type) >= 1100 && type_info(type).weight_supported; }
 

@@ -330,7 +330,7 @@ AwqPlan awq_plan(const gguf::File& file, std::span<const TensorPlan> plans, cons
   const auto norm = [&](const std::string& name, int64_t cols) -> const gguf::TensorInfo* {
     const gguf::TensorInfo* t = file.find_tensor(name);
     const bool ok = t && t->shape.size() == 1 && t->shape[0] == cols &&
-                    (t->type == DType::f32 || t->type == DType::f16 || t->type == DType::bf16);
+                    quant::is_float_type(t->type);
     return ok ? t : nullptr;
   };
 

@@ -12,7 +12,7 @@ using quant::DType;
 
 std::optional<DType> wider_type(DType current, DType source, int64_t cols) {
   const DType top = source == DType::bf16 ? DType::bf16 : DType::f16;
-  if (current == DType::f16 || current == DType::bf16 || current == DType::f32 || current == source) return std::nullopt;
+  if (quant::is_float_type(current) || current == source) return std::nullopt;
   std::vector<DType> chain;
   switch (current) {
     case DType::q4_k: case DType::q5_k: chain = {DType::q6_k, DType::q8_0, top}; break;

@@ -368,15 +368,14 @@ QuantizeReport quantize_gguf(const std::string& input, const std::string& output
   for (const quantize::TensorPlan& plan : plans) {
     const gguf::TensorInfo& t = file.tensors()[plan.index];
     if (!plan.quantize) continue;
-    const bool readable = t.type == DType::f32 || t.type == DType::f16 || t.type == DType::bf16 ||
-                          quant::type_info(t.type).weight_supported;
+    const bool readable = quant::is_float_type(t.type) || quant::type_info(t.type).weight_supported;
     if (!readable)
       fail(ErrorCode::unsupported, "quantize: tensor '{}' is {}, which ember cannot read to requantize", t.name,
            quant::type_name(t.type));
     if (!quantize::can_write(plan.type))
       fail(ErrorCode::unsupported, "quantize: tensor '{}' would be {}, which ember cannot write", t.name,
            quant::type_name(plan.type));
-    if (t.type != DType::f32 && t.type != DType::f16 && t.type != DType::bf16) ++requantized;
+    if (!quant::is_float_type(t.type)) ++requantized;
   }
   if (requantized > 0 && to_f16)
     report.warnings.push_back(fmt::format(

@@ -35,7 +35,7 @@ constexpr std::array<RecipeInfo, 15> kRecipes{{
     {Recipe::f16, "F16", DType::f16, 1, false},
 }};
 
-bool is_quantized(DType type) { return type != DType::f32 && type != DType::f16 && type != DType::bf16; }
+bool is_quantized(DType type) { return !quant::is_float_type(type); }
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
