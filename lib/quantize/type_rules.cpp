@@ -35,8 +35,6 @@ constexpr std::array<RecipeInfo, 15> kRecipes{{
     {Recipe::f16, "F16", DType::f16, 1, false},
 }};
 
-bool is_quantized(DType type) { return !quant::is_float_type(type); }
-
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
 // The layer number of "blk.N....", -1 for other names.
@@ -213,7 +211,7 @@ std::vector<TensorPlan> plan_types(const std::vector<TensorShape>& tensors, cons
     const TensorShape& t = tensors[index];
     TensorPlan plan{.index = index, .type = t.type};
     if (is_quantizable(t)) {
-      DType type = pure || !is_quantized(info.base) ? info.base : rule_type(t, facts, info, counters);
+      DType type = pure || quant::is_float_type(info.base) ? info.base : rule_type(t, facts, info, counters);
       const int64_t cols = t.shape.empty() ? 1 : t.shape[0];
       if (cols % quant::type_info(type).block_elems != 0) {
         type = fallback_of(type, t.name, cols);
