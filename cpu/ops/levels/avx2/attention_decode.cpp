@@ -3,12 +3,19 @@
 // OpKernels::scores_f16, pv_f16, scores_q8, pv_q8, scores_q4, pv_q4. head_dim must be a
 // multiple of 16 (the caller checks).
 //
-// Scores, dims across the lanes: up to 32 keys (8 KiB of f32) are decoded into an f32
-// block on the stack, all their loads issued together so that their misses overlap;
-// then per 8 keys each query head keeps one 8-lane FMA accumulator per key, reduced to
-// the vector of the 8 scores by horizontal adds and written in place. (Keys across the
-// lanes, the AVX-512 form for small heads, would cost a transpose of 24 shuffles per
-// 8 keys x 8 dims; with 8 lanes that is no cheaper than the 8-way reduction it saves.)
+// Scores, dims across the lanes, in one of two forms with the same sums (one 8-lane
+// accumulator per query head and key, reduced to 8 scores by horizontal adds):
+// - tiled (F16 always; INT8/INT4 for up to 4 query heads per kv head): 4 heads x 2 keys
+//   (2 x 4, 1 x 8 for smaller groups), each 8-value key vector converted once per tile
+//   straight from its row into a register, the next tile's rows prefetched into L1. At
+//   Gemma 3's shape this ran 1.2-1.9x the block form's speed from L2 on an AVX2 Zen 3
+//   (docs/long-context.md).
+// - block (INT8/INT4 for more than 4 heads): up to 32 keys (8 KiB of f32) are decoded
+//   into an f32 block on the stack, all their loads issued together, and every head reads
+//   them from there, so that each key is decoded once however many heads share it.
+// (Keys across the lanes, the AVX-512 form for small heads, would cost a transpose of
+// 24 shuffles per 8 keys x 8 dims; with 8 lanes that is no cheaper than the 8-way
+// reduction it saves.)
 // P.V: 16-column slices for up to 4 query heads (8 accumulators); each value chunk is
 // decoded once per slice for those heads, the probabilities come in as broadcasts.
 // Decoding: F16 by F16C; INT8 d * code; INT4 d * code + m (multiplied, then added, as
@@ -129,6 +136,128 @@ void scores_by_dims(const float* q, int group, int hd, int n, float scale, float
   }
 }
 
+// ---- key decoders for the tiled scores (8 values of a row at a time) ----
+// blocks(hd) blocks of block_dims(hd) values per row; block(row, b) gives what get()
+// needs for block b (its codes and scales), get(block, e) values e .. e + 8 of it.
+
+struct F16Keys {
+  const uint16_t* const* rows;
+  static int blocks(int) { return 1; }
+  static int block_dims(int hd) { return hd; }
+  int row_bytes(int hd) const { return 2 * hd; }
+  const void* row(int j) const { return rows[j]; }
+  const uint16_t* block(int j, int) const { return rows[j]; }
+  static __m256 get(const uint16_t* p, int e) { return f16x8(p + e); }
+};
+
+struct Q8Keys {
+  const uint8_t* const* rows;
+  int gsize;
+  struct Block {
+    const uint8_t* codes;
+    __m256 d;
+  };
+  int blocks(int hd) const { return hd / gsize; }
+  int block_dims(int) const { return gsize; }
+  int row_bytes(int hd) const { return hd / gsize * (gsize + 2); }
+  const void* row(int j) const { return rows[j]; }
+  Block block(int j, int b) const {
+    const uint8_t* p = rows[j] + b * (gsize + 2);
+    return {p + 2, _mm256_set1_ps(half_f16c(p))};
+  }
+  static __m256 get(const Block& k, int e) { return _mm256_mul_ps(k.d, i8x8(k.codes + e)); }
+};
+
+struct Q4Keys {
+  const uint8_t* const* rows;
+  int gsize;
+  struct Block {
+    const uint8_t* codes;
+    __m256 d, m;
+    int half;
+  };
+  int blocks(int hd) const { return hd / gsize; }
+  int block_dims(int) const { return gsize; }
+  int row_bytes(int hd) const { return hd / gsize * (gsize / 2 + 4); }
+  const void* row(int j) const { return rows[j]; }
+  Block block(int j, int b) const {
+    const uint8_t* p = rows[j] + b * (gsize / 2 + 4);
+    return {p + 4, _mm256_set1_ps(half_f16c(p)), _mm256_set1_ps(half_f16c(p + 2)), gsize / 2};
+  }
+  // Value e of a block is the low nibble of byte e when e < half, else the high nibble
+  // of byte e - half; decoded as d * code + m (multiplied, then added, as the
+  // reference decoder does).
+  static __m256 get(const Block& k, int e) {
+    __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k.codes + (e < k.half ? e : e - k.half)));
+    if (e >= k.half) x = _mm_srli_epi16(x, 4);
+    x = _mm_and_si128(x, _mm_set1_epi8(15));
+    return _mm256_add_ps(_mm256_mul_ps(k.d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x))), k.m);
+  }
+};
+
+// Scores without a decoded block: a tile of G query heads x KJ keys (G * KJ <= 8
+// accumulators, one per score); each 8-value key vector is decoded once per tile straight
+// from its row and used by the G heads, the query vectors are loaded once per 8 dims.
+// Every score is summed per lane over the dims and then by reduce8's tree, the order of
+// scores_by_dims, so both forms give the same bits.
+template <int G, int KJ, class Keys>
+inline void scores_tile(const float* q, int hd, const Keys& keys, int j0, __m256 scale_v, float* s, int lds) {
+  static_assert(G * KJ <= 8);
+  __m256 acc[8];
+  unroll<8>([&](auto i) { acc[i] = _mm256_setzero_ps(); });
+  const int dims = keys.block_dims(hd);
+  for (int b = 0; b < keys.blocks(hd); ++b) {
+    decltype(keys.block(0, 0)) blk[KJ];
+    unroll<KJ>([&](auto j) { blk[j] = keys.block(j0 + j, b); });
+    for (int e = 0; e < dims; e += 8) {
+      __m256 k[KJ];
+      unroll<KJ>([&](auto j) { k[j] = Keys::get(blk[j], e); });
+      unroll<G>([&](auto g) {
+        __m256 qv = _mm256_loadu_ps(q + g * hd + b * dims + e);
+        // One load per query vector and 8 dims: without this empty asm GCC folds the
+        // load into each of the KJ FMAs, and the loop is then bound by its loads.
+        asm("" : "+x"(qv));
+        unroll<KJ>([&](auto j) { acc[g * KJ + j] = _mm256_fmadd_ps(qv, k[j], acc[g * KJ + j]); });
+      });
+    }
+  }
+  const __m256 r = _mm256_mul_ps(scale_v, reduce8(acc));
+  if constexpr (G == 4 && KJ == 2) {
+    const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
+    _mm_storel_pi(reinterpret_cast<__m64*>(s), lo);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(s + lds), lo);
+    _mm_storel_pi(reinterpret_cast<__m64*>(s + 2 * lds), hi);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(s + 3 * lds), hi);
+  } else {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, r);
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < KJ; ++j) s[g * lds + j] = t[g * KJ + j];
+  }
+}
+
+template <int G, int KJ, class Keys>
+void scores_heads(const float* q, int hd, const Keys& keys, int n, __m256 scale_v, float* s, int lds) {
+  const int bytes = keys.row_bytes(hd);
+  int j = 0;
+  for (; j + KJ <= n; j += KJ) {
+    // The next tile's rows into L1 while this one computes.
+    for (int jj = j + KJ; jj < std::min(n, j + 2 * KJ); ++jj)
+      for (int off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(keys.row(jj)) + off, _MM_HINT_T0);
+    scores_tile<G, KJ>(q, hd, keys, j, scale_v, s + j, lds);
+  }
+  for (; j < n; ++j) scores_tile<G, 1>(q, hd, keys, j, scale_v, s + j, lds);
+}
+
+template <class Keys>
+void scores_tiled(const float* q, int group, int hd, const Keys& keys, int n, float scale, float* s, int lds) {
+  const __m256 scale_v = _mm256_set1_ps(scale);
+  int g = 0;
+  for (; g + 4 <= group; g += 4) scores_heads<4, 2>(q + g * hd, hd, keys, n, scale_v, s + g * lds, lds);
+  for (; g + 2 <= group; g += 2) scores_heads<2, 4>(q + g * hd, hd, keys, n, scale_v, s + g * lds, lds);
+  for (; g < group; ++g) scores_heads<1, 8>(q + g * hd, hd, keys, n, scale_v, s + g * lds, lds);
+}
+
 // ---- slice decoders (16 columns [c0, c0 + 16) of a row, for P.V) ----
 
 struct F16Slice {
@@ -205,7 +334,7 @@ void pv_rows(const float* p, int ldp, int group, int hd, int n, float* acc, cons
 
 void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, int n, float scale, float* s,
                 int lds) {
-  scores_by_dims(q, group, hd, n, scale, s, lds, F16Row{rows});
+  scores_tiled(q, group, hd, F16Keys{rows}, n, scale, s, lds);
 }
 
 void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc) {
@@ -214,7 +343,8 @@ void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* r
 
 void scores_q8(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
                float* s, int lds) {
-  scores_by_dims(q, group, hd, n, scale, s, lds, Q8Row{rows, gsize});
+  if (group > 4) scores_by_dims(q, group, hd, n, scale, s, lds, Q8Row{rows, gsize});
+  else scores_tiled(q, group, hd, Q8Keys{rows, gsize}, n, scale, s, lds);
 }
 
 void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
@@ -223,7 +353,8 @@ void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t*
 
 void scores_q4(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
                float* s, int lds) {
-  scores_by_dims(q, group, hd, n, scale, s, lds, Q4Row{rows, gsize});
+  if (group > 4) scores_by_dims(q, group, hd, n, scale, s, lds, Q4Row{rows, gsize});
+  else scores_tiled(q, group, hd, Q4Keys{rows, gsize}, n, scale, s, lds);
 }
 
 void pv_q4(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
