@@ -6,9 +6,9 @@
 // Scores, dims across the lanes, in one of two forms with the same sums (one 8-lane
 // accumulator per query head and key, reduced to 8 scores by horizontal adds):
 // - tiled (F16 always; INT8/INT4 for up to 4 query heads per kv head): 4 heads x 2 keys
-//   (2 x 4, 1 x 8 for smaller groups), each 8-value key vector converted once per tile
+//   (2 heads x 4 keys, 1 x 8 for smaller groups), each 8-value key vector converted once per tile
 //   straight from its row into a register, the next tile's rows prefetched into L1. At
-//   Gemma 3's shape this ran 1.2-1.9x the block form's speed from L2 on an AVX2 Zen 3
+//   Gemma 3's shape this ran 1.4x the block form's speed from L2 on an AVX2 Zen 3
 //   (docs/long-context.md).
 // - block (INT8/INT4 for more than 4 heads): up to 32 keys (8 KiB of f32) are decoded
 //   into an f32 block on the stack, all their loads issued together, and every head reads
@@ -16,8 +16,15 @@
 // (Keys across the lanes, the AVX-512 form for small heads, would cost a transpose of
 // 24 shuffles per 8 keys x 8 dims; with 8 lanes that is no cheaper than the 8-way
 // reduction it saves.)
-// P.V: 16-column slices for up to 4 query heads (8 accumulators); each value chunk is
-// decoded once per slice for those heads, the probabilities come in as broadcasts.
+// P.V, two forms with the same sums (per column, the rows added in order):
+// - by rows (up to 4 query heads per kv head): 2 rows x 4 heads at a time (4 rows x 2
+//   heads, 8 rows x 1 head for smaller groups), the probabilities in registers, the accumulators in L1; each row
+//   decoded once and read from start to end, the next rows prefetched into L1. At Gemma
+//   3's shape the op streamed its cache about 1.3x faster than with the slices
+//   (docs/long-context.md), whose column-wise walk over 32 rows waited on memory.
+// - slices (more than 4 heads): 16-column slices for up to 4 query heads (8
+//   accumulators); each value chunk is decoded once per slice for those heads, the
+//   probabilities come in as broadcasts.
 // Decoding: F16 by F16C; INT8 d * code; INT4 d * code + m (multiplied, then added, as
 // the reference decoder does).
 //
@@ -315,6 +322,53 @@ inline void pv_slice(const float* p, int ldp, int hd, int n, float* acc, int c0,
   });
 }
 
+// P.V by rows (up to 4 query heads per kv head): acc[g][0 .. hd) += p[g][j] v_j for R
+// rows at a time and G heads, the G x R probabilities in registers, the accumulators
+// read and written in L1 once per R rows; each row is decoded once (Rows: the decoders
+// of the tiled scores) and read from start to end, the next R rows prefetched into L1.
+// Per column the rows are added in order, as pv_slice adds them: the same bits.
+template <int G, int R, class Rows>
+inline void pv_rowtile(const float* p, int ldp, int hd, const Rows& rows, int j0, float* acc) {
+  static_assert(G * R <= 8);
+  __m256 w[G][R];
+  unroll<G>([&](auto g) { unroll<R>([&](auto r) { w[g][r] = _mm256_broadcast_ss(p + g * ldp + r); }); });
+  const int dims = rows.block_dims(hd);
+  for (int b = 0; b < rows.blocks(hd); ++b) {
+    decltype(rows.block(0, 0)) blk[R];
+    unroll<R>([&](auto r) { blk[r] = rows.block(j0 + r, b); });
+    for (int e = 0; e < dims; e += 8) {
+      __m256 v[R];
+      unroll<R>([&](auto r) { v[r] = Rows::get(blk[r], e); });
+      float* a_col = acc + b * dims + e;
+      unroll<G>([&](auto g) {
+        __m256 a = _mm256_loadu_ps(a_col + g * hd);
+        unroll<R>([&](auto r) { a = _mm256_fmadd_ps(w[g][r], v[r], a); });
+        _mm256_storeu_ps(a_col + g * hd, a);
+      });
+    }
+  }
+}
+
+template <int G, int R, class Rows>
+void pv_rows_seq(const float* p, int ldp, int hd, const Rows& rows, int n, float* acc) {
+  const int bytes = rows.row_bytes(hd);
+  int j = 0;
+  for (; j + R <= n; j += R) {
+    for (int jj = j + R; jj < std::min(n, j + 2 * R); ++jj)
+      for (int off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(rows.row(jj)) + off, _MM_HINT_T0);
+    pv_rowtile<G, R>(p + j, ldp, hd, rows, j, acc);
+  }
+  for (; j < n; ++j) pv_rowtile<G, 1>(p + j, ldp, hd, rows, j, acc);
+}
+
+template <class Rows>
+void pv_by_rows(const float* p, int ldp, int group, int hd, const Rows& rows, int n, float* acc) {
+  int g = 0;
+  for (; g + 4 <= group; g += 4) pv_rows_seq<4, 2>(p + g * ldp, ldp, hd, rows, n, acc + g * hd);
+  for (; g + 2 <= group; g += 2) pv_rows_seq<2, 4>(p + g * ldp, ldp, hd, rows, n, acc + g * hd);
+  for (; g < group; ++g) pv_rows_seq<1, 8>(p + g * ldp, ldp, hd, rows, n, acc + g * hd);
+}
+
 // make_slice(c0) gives the decoder of columns [c0, c0 + 16).
 template <class MakeSlice>
 void pv_rows(const float* p, int ldp, int group, int hd, int n, float* acc, const MakeSlice& make_slice) {
@@ -338,7 +392,8 @@ void scores_f16(const float* q, int group, int hd, const uint16_t* const* rows, 
 }
 
 void pv_f16(const float* p, int ldp, int group, int hd, const uint16_t* const* rows, int n, float* acc) {
-  pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return F16Slice{rows + j0, c0}; });
+  if (group <= 4) pv_by_rows(p, ldp, group, hd, F16Keys{rows}, n, acc);
+  else pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return F16Slice{rows + j0, c0}; });
 }
 
 void scores_q8(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
@@ -348,7 +403,8 @@ void scores_q8(const float* q, int group, int hd, int gsize, const uint8_t* cons
 }
 
 void pv_q8(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
-  pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return Q8Slice(rows + j0, gsize, c0); });
+  if (group <= 4) pv_by_rows(p, ldp, group, hd, Q8Keys{rows, gsize}, n, acc);
+  else pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return Q8Slice(rows + j0, gsize, c0); });
 }
 
 void scores_q4(const float* q, int group, int hd, int gsize, const uint8_t* const* rows, int n, float scale,
@@ -358,7 +414,8 @@ void scores_q4(const float* q, int group, int hd, int gsize, const uint8_t* cons
 }
 
 void pv_q4(const float* p, int ldp, int group, int hd, int gsize, const uint8_t* const* rows, int n, float* acc) {
-  pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return Q4Slice(rows + j0, gsize, c0); });
+  if (group <= 4) pv_by_rows(p, ldp, group, hd, Q4Keys{rows, gsize}, n, acc);
+  else pv_rows(p, ldp, group, hd, n, acc, [&](int j0, int c0) { return Q4Slice(rows + j0, gsize, c0); });
 }
 
 }  // namespace ember::cpu::avx2
