@@ -202,6 +202,30 @@ struct Q4Keys {
   }
 };
 
+// The 8-value vectors of rows j0 .. j0 + R in order: body(d, v) with v[r] = values
+// d .. d + 8 of row j0 + r, d = 0, 8, .. hd - 8; each block's scales read once per row.
+template <int R, class Rows, class Body>
+inline void for_each_vector(const Rows& rows, int j0, int hd, const Body& body) {
+  const int dims = rows.block_dims(hd);
+  for (int b = 0; b < rows.blocks(hd); ++b) {
+    decltype(rows.block(0, 0)) blk[R];
+    unroll<R>([&](auto r) { blk[r] = rows.block(j0 + r, b); });
+    for (int e = 0; e < dims; e += 8) {
+      __m256 v[R];
+      unroll<R>([&](auto r) { v[r] = Rows::get(blk[r], e); });
+      body(b * dims + e, v);
+    }
+  }
+}
+
+// Every line of rows [j0, min(n, j0 + count)) into L1.
+template <class Rows>
+inline void prefetch_rows(const Rows& rows, int hd, int j0, int count, int n) {
+  const int bytes = rows.row_bytes(hd);
+  for (int j = j0; j < std::min(n, j0 + count); ++j)
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(rows.row(j)) + off, _MM_HINT_T0);
+}
+
 // Scores without a decoded block: a tile of G query heads x KJ keys (G * KJ <= 8
 // accumulators, one per score); each 8-value key vector is decoded once per tile straight
 // from its row and used by the G heads, the query vectors are loaded once per 8 dims.
@@ -212,22 +236,15 @@ inline void scores_tile(const float* q, int hd, const Keys& keys, int j0, __m256
   static_assert(G * KJ <= 8);
   __m256 acc[8];
   unroll<8>([&](auto i) { acc[i] = _mm256_setzero_ps(); });
-  const int dims = keys.block_dims(hd);
-  for (int b = 0; b < keys.blocks(hd); ++b) {
-    decltype(keys.block(0, 0)) blk[KJ];
-    unroll<KJ>([&](auto j) { blk[j] = keys.block(j0 + j, b); });
-    for (int e = 0; e < dims; e += 8) {
-      __m256 k[KJ];
-      unroll<KJ>([&](auto j) { k[j] = Keys::get(blk[j], e); });
-      unroll<G>([&](auto g) {
-        __m256 qv = _mm256_loadu_ps(q + g * hd + b * dims + e);
-        // One load per query vector and 8 dims: without this empty asm GCC folds the
-        // load into each of the KJ FMAs, and the loop is then bound by its loads.
-        asm("" : "+x"(qv));
-        unroll<KJ>([&](auto j) { acc[g * KJ + j] = _mm256_fmadd_ps(qv, k[j], acc[g * KJ + j]); });
-      });
-    }
-  }
+  for_each_vector<KJ>(keys, j0, hd, [&](int d, const __m256* k) {
+    unroll<G>([&](auto g) {
+      __m256 qv = _mm256_loadu_ps(q + g * hd + d);
+      // One load per query vector and 8 dims: without this empty asm GCC folds the
+      // load into each of the KJ FMAs, and the loop is then bound by its loads.
+      asm("" : "+x"(qv));
+      unroll<KJ>([&](auto j) { acc[g * KJ + j] = _mm256_fmadd_ps(qv, k[j], acc[g * KJ + j]); });
+    });
+  });
   const __m256 r = _mm256_mul_ps(scale_v, reduce8(acc));
   if constexpr (G == 4 && KJ == 2) {
     const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
@@ -245,12 +262,9 @@ inline void scores_tile(const float* q, int hd, const Keys& keys, int j0, __m256
 
 template <int G, int KJ, class Keys>
 void scores_heads(const float* q, int hd, const Keys& keys, int n, __m256 scale_v, float* s, int lds) {
-  const int bytes = keys.row_bytes(hd);
   int j = 0;
   for (; j + KJ <= n; j += KJ) {
-    // The next tile's rows into L1 while this one computes.
-    for (int jj = j + KJ; jj < std::min(n, j + 2 * KJ); ++jj)
-      for (int off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(keys.row(jj)) + off, _MM_HINT_T0);
+    prefetch_rows(keys, hd, j + KJ, KJ, n);  // the next tile's rows, while this one computes
     scores_tile<G, KJ>(q, hd, keys, j, scale_v, s + j, lds);
   }
   for (; j < n; ++j) scores_tile<G, 1>(q, hd, keys, j, scale_v, s + j, lds);
@@ -332,30 +346,20 @@ inline void pv_rowtile(const float* p, int ldp, int hd, const Rows& rows, int j0
   static_assert(G * R <= 8);
   __m256 w[G][R];
   unroll<G>([&](auto g) { unroll<R>([&](auto r) { w[g][r] = _mm256_broadcast_ss(p + g * ldp + r); }); });
-  const int dims = rows.block_dims(hd);
-  for (int b = 0; b < rows.blocks(hd); ++b) {
-    decltype(rows.block(0, 0)) blk[R];
-    unroll<R>([&](auto r) { blk[r] = rows.block(j0 + r, b); });
-    for (int e = 0; e < dims; e += 8) {
-      __m256 v[R];
-      unroll<R>([&](auto r) { v[r] = Rows::get(blk[r], e); });
-      float* a_col = acc + b * dims + e;
-      unroll<G>([&](auto g) {
-        __m256 a = _mm256_loadu_ps(a_col + g * hd);
-        unroll<R>([&](auto r) { a = _mm256_fmadd_ps(w[g][r], v[r], a); });
-        _mm256_storeu_ps(a_col + g * hd, a);
-      });
-    }
-  }
+  for_each_vector<R>(rows, j0, hd, [&](int d, const __m256* v) {
+    unroll<G>([&](auto g) {
+      __m256 a = _mm256_loadu_ps(acc + g * hd + d);
+      unroll<R>([&](auto r) { a = _mm256_fmadd_ps(w[g][r], v[r], a); });
+      _mm256_storeu_ps(acc + g * hd + d, a);
+    });
+  });
 }
 
 template <int G, int R, class Rows>
 void pv_rows_seq(const float* p, int ldp, int hd, const Rows& rows, int n, float* acc) {
-  const int bytes = rows.row_bytes(hd);
   int j = 0;
   for (; j + R <= n; j += R) {
-    for (int jj = j + R; jj < std::min(n, j + 2 * R); ++jj)
-      for (int off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(rows.row(jj)) + off, _MM_HINT_T0);
+    prefetch_rows(rows, hd, j + R, R, n);
     pv_rowtile<G, R>(p + j, ldp, hd, rows, j, acc);
   }
   for (; j < n; ++j) pv_rowtile<G, 1>(p + j, ldp, hd, rows, j, acc);
