@@ -535,7 +535,9 @@ TEST_CASE("kv row kernels of every ISA level match the reference decoder", "[kv]
 TEST_CASE("kv_store, kv_load and copy_rows on quantized caches match the reference", "[ops][kv]") {
   std::mt19937 rng(13);
   for (DType type : kKvTypes) {
-    for (int64_t n_rows : {3, 300}) {  // 300 x 256 values takes the CPU's parallel path
+    // 300 x 256 values takes the CPU's parallel path; INT4 spreads even one row's groups
+    // over the pool (1 row: 4 or 8 groups cut between the 3 threads mid-row).
+    for (int64_t n_rows : {1, 3, 300}) {
       const int64_t width = 256, n_slots = 320;
       const HostTensor src = random_f32(n_rows, width, rng, -3, 3);
       std::vector<int32_t> slots(static_cast<size_t>(n_rows));
