@@ -20,10 +20,11 @@
 //   attention_gemma/<cache type>/ctx:C/tokens:1/threads:T
 //       the same at Gemma 3's shape (4 query heads, 1 KV head of 256 values): decode at
 //       C = 4096 and 16384 (its global layers at depth)
-//   attention_passes/<shape>/<part>/threads:1
-//       the two passes of a lone token's F16 attention alone (OpKernels::scores_f16
-//       then pv_f16 over chunks of 512 cells, 32 rows per call; shape "tinyllama" or
-//       "gemma" as above), one thread, to tell compute from memory: part "kernels_hot" repeats one chunk
+//   attention_passes/<shape>/[KV_Q8_G32/|KV_Q4_G32/]<part>/threads:1
+//       the two passes of a lone token's F16 (or INT8 / INT4 g32) attention alone
+//       (OpKernels::scores_f16 then pv_f16, or the _q8 / _q4 pair, over chunks of 512
+//       cells, 32 rows per call; shape "tinyllama" or "gemma" as above), one thread, to
+//       tell compute from memory: part "kernels_hot" repeats one chunk
 //       (from L2), "kernels_stream" walks a cache larger than L3 with the op's software
 //       prefetch (rows 64 cells ahead into L2), "prefetch_only" issues that prefetch
 //       and runs no kernel (docs/long-context.md)
@@ -51,6 +52,7 @@
 #include "cpu/kernels/op_kernels.hpp"
 #include "cpu/kernels/repack.hpp"
 #include "cpu/ops/ops.hpp"
+#include "quant/kv_formats.hpp"
 #include "quant/quant.hpp"
 
 namespace {
@@ -278,33 +280,53 @@ void bench_attention(benchmark::State& state, DType cache_type, int64_t n_ctx, i
   report(state, 2.0 * double(cache_bytes), 4.0 * n_head * head_dim * visible);
 }
 
-// The passes of the lone-token F16 path (attention_flash.cpp's run_lone) without the
-// softmax, merge and tables: part 0 kernels on one L2-resident chunk, 1 kernels over a
-// streamed cache with the op's prefetch, 2 the prefetch alone.
-void bench_attention_passes(benchmark::State& state, AttentionShape shape, int part) {
+// The passes of the lone-token path (attention_flash.cpp's run_lone) over F16, INT8 or
+// INT4 rows without the softmax, merge and tables: part 0 kernels on one L2-resident
+// chunk, 1 kernels over a streamed cache with the op's prefetch, 2 the prefetch alone.
+void bench_attention_passes(benchmark::State& state, AttentionShape shape, int part, DType type) {
   const int group = shape.heads / shape.heads_kv, hd = shape.head_dim, n_kv = shape.heads_kv;
   constexpr int kChunk = 512, kRows = 32, kAhead = 64;
-  const size_t row = size_t(n_kv) * hd;  // F16 values per cache row
-  const size_t cells = part == 0 ? size_t(kChunk) : kStreamBytes / 2 / (row * 2) / kChunk * kChunk;
+  const auto& ops = ember::cpu::op_kernels(ember::cpu::best_isa());
+  const bool f16 = type == DType::f16;
+  if (f16 ? ops.scores_f16 == nullptr : (type == DType::kv_q8_g32 ? ops.scores_q8 : ops.scores_q4) == nullptr) {
+    state.SkipWithError("this level has no fused kernel for the type");
+    return;
+  }
+  const size_t head_bytes = ember::quant::row_bytes(type, hd), cell_bytes = size_t(n_kv) * head_bytes;
+  const size_t cells = part == 0 ? size_t(kChunk) : kStreamBytes / 2 / cell_bytes / kChunk * kChunk;
   // Host buffers like the KV pool's (huge pages where the system gives them).
-  HostBuffer k_buffer(cells * row * 2), v_buffer(cells * row * 2);
-  auto* k = reinterpret_cast<uint16_t*>(k_buffer.host_data());
-  auto* v = reinterpret_cast<uint16_t*>(v_buffer.host_data());
-  std::fill(k, k + cells * row, uint16_t(0x3c00));  // 1.0
-  std::fill(v, v + cells * row, uint16_t(0x3800));  // 0.5
+  HostBuffer k_buffer(cells * cell_bytes), v_buffer(cells * cell_bytes);
+  auto* k = static_cast<std::byte*>(k_buffer.host_data());
+  auto* v = static_cast<std::byte*>(v_buffer.host_data());
+  if (f16) {
+    std::fill_n(reinterpret_cast<uint16_t*>(k), cells * cell_bytes / 2, uint16_t(0x3c00));  // 1.0
+    std::fill_n(reinterpret_cast<uint16_t*>(v), cells * cell_bytes / 2, uint16_t(0x3800));  // 0.5
+  } else {  // one chunk of quantized normal values, repeated
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    std::vector<float> values(size_t(n_kv) * hd);
+    for (std::byte* cache : {k, v}) {
+      for (size_t c = 0; c < size_t(kChunk); ++c) {
+        for (float& x : values) x = normal(rng);
+        ember::quant::quantize_row(type, values.data(), cache + c * cell_bytes, int64_t(values.size()));
+      }
+      for (size_t c = kChunk; c < cells; c += kChunk) std::memcpy(cache + c * cell_bytes, cache, kChunk * cell_bytes);
+    }
+  }
   std::vector<float> q(size_t(shape.heads) * hd, 0.01f), s(size_t(shape.heads) * kChunk, 1.0f / kChunk),
       acc(size_t(shape.heads) * hd);
-  const auto& ops = ember::cpu::op_kernels(ember::cpu::best_isa());
-  const auto prefetch = [&](const uint16_t* cache, size_t cell) {
-    const auto* p = reinterpret_cast<const char*>(cache + cell * row);
-    for (size_t off = 0; off < row * 2; off += 64) __builtin_prefetch(p + off, 0, 1);
+  const int gsize = ember::quant::kv::group_size(type);
+  const auto prefetch = [&](const std::byte* cache, size_t cell) {
+    const auto* p = reinterpret_cast<const char*>(cache + cell * cell_bytes);
+    for (size_t off = 0; off < cell_bytes; off += 64) __builtin_prefetch(p + off, 0, 1);
   };
   const bool run_kernels = part != 2, stream = part != 0;
-  const uint16_t* rows[kRows];
+  const uint8_t* rows[kRows];
+  const auto* rows16 = reinterpret_cast<const uint16_t* const*>(rows);
   for (auto _ : state) {
     for (size_t c0 = 0; c0 < cells; c0 += kChunk) {
       for (int pass = 0; pass < 2; ++pass) {
-        const uint16_t* cache = pass == 0 ? k : v;
+        const std::byte* cache = pass == 0 ? k : v;
         for (int j0 = 0; j0 < kChunk; j0 += kRows)
           for (int h = 0; h < n_kv; ++h) {
             if (stream) {  // the op's schedule: rows kAhead cells on, the key pass running into the values
@@ -314,33 +336,45 @@ void bench_attention_passes(benchmark::State& state, AttentionShape shape, int p
               }
             }
             if (!run_kernels) continue;
-            for (int j = 0; j < kRows; ++j) rows[j] = cache + (c0 + size_t(j0 + j)) * row + size_t(h) * hd;
-            if (pass == 0)
-              ops.scores_f16(q.data() + size_t(h) * group * hd, group, hd, rows, kRows, 0.125f,
-                             s.data() + size_t(h) * group * kChunk + j0, kChunk);
-            else
-              ops.pv_f16(s.data() + size_t(h) * group * kChunk + j0, kChunk, group, hd, rows, kRows,
-                         acc.data() + size_t(h) * group * hd);
+            for (int j = 0; j < kRows; ++j)
+              rows[j] = reinterpret_cast<const uint8_t*>(cache + (c0 + size_t(j0 + j)) * cell_bytes + size_t(h) * head_bytes);
+            const float* qh = q.data() + size_t(h) * group * hd;
+            float* sh = s.data() + size_t(h) * group * kChunk + j0;
+            float* acc_h = acc.data() + size_t(h) * group * hd;
+            if (pass == 0) {
+              if (f16) ops.scores_f16(qh, group, hd, rows16, kRows, 0.125f, sh, kChunk);
+              else if (type == DType::kv_q8_g32) ops.scores_q8(qh, group, hd, gsize, rows, kRows, 0.125f, sh, kChunk);
+              else ops.scores_q4(qh, group, hd, gsize, rows, kRows, 0.125f, sh, kChunk);
+            } else {
+              if (f16) ops.pv_f16(sh, kChunk, group, hd, rows16, kRows, acc_h);
+              else if (type == DType::kv_q8_g32) ops.pv_q8(sh, kChunk, group, hd, gsize, rows, kRows, acc_h);
+              else ops.pv_q4(sh, kChunk, group, hd, gsize, rows, kRows, acc_h);
+            }
           }
       }
     }
     benchmark::DoNotOptimize(acc.data());
   }
-  report(state, double(cells * row * 2 * 2), run_kernels ? 4.0 * shape.heads * hd * double(cells) : 0.0);
+  report(state, double(cells * cell_bytes * 2), run_kernels ? 4.0 * shape.heads * hd * double(cells) : 0.0);
 }
 
 void register_all() {
   benchmark::RegisterBenchmark("mem_read", bench_mem_read)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
   if (ember::cpu::op_kernels(ember::cpu::best_isa()).scores_f16 != nullptr) {
     const char* parts[] = {"kernels_hot", "kernels_stream", "prefetch_only"};
+    // F16 as attention_passes/<shape>/<part>; INT8 and INT4 with their type after the shape.
     for (const auto& [shape_name, shape] : {std::pair{"tinyllama", kTinyLlamaAttention}, std::pair{"gemma", kGemmaAttention}})
-      for (int part = 0; part < 3; ++part)
-        benchmark::RegisterBenchmark(("attention_passes/" + std::string(shape_name) + "/" + parts[part]).c_str(),
-                                     bench_attention_passes, shape, part)
-            ->Arg(1)
-            ->ArgName("threads")
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+      for (const DType type : {DType::f16, DType::kv_q8_g32, DType::kv_q4_g32})
+        for (int part = 0; part < 3; ++part) {
+          if (type != DType::f16 && part == 2) continue;  // the prefetch alone is F16's
+          const std::string type_part = type == DType::f16 ? "" : std::string(ember::quant::type_name(type)) + "/";
+          benchmark::RegisterBenchmark(("attention_passes/" + std::string(shape_name) + "/" + type_part + parts[part]).c_str(),
+                                       bench_attention_passes, shape, part, type)
+              ->Arg(1)
+              ->ArgName("threads")
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
   }
   for (DType type : ember::quant::weight_types()) {
     for (const Shape shape : kShapes) {
