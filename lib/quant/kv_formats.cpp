@@ -166,12 +166,10 @@ constexpr int kRefits = 3;
 
 namespace {
 
-// One INT4 group: y = R_G x, then the scale, minimum and codes of the reference quantizer
-// (kv_formats.hpp); d and m go to dm[0, 4), the packed codes to codes[0, G / 2).
 // Four lanes of floats (GCC/Clang vector extension: SSE2 on x86-64, NEON on ARM64).
 using Float4 = float __attribute__((vector_size(16)));
 
-// round_clamp lane by lane, the same operations, as a float (an integer value).
+// round_clamp (above) lane by lane, the same operations, as a float (an integer value).
 inline Float4 round_clamp4(Float4 v, float lo, float hi) {
   constexpr float kMagic = 12582912.0f, kBig = 4194304.0f;
   const Float4 big = Float4{} + kBig, magic = Float4{} + kMagic, lo4 = Float4{} + lo, hi4 = Float4{} + hi;
@@ -181,6 +179,8 @@ inline Float4 round_clamp4(Float4 v, float lo, float hi) {
   return r >= lo4 ? (r > hi4 ? hi4 : r) : lo4;
 }
 
+// One INT4 group: y = R_G x, then the scale, minimum and codes of the reference quantizer
+// (kv_formats.hpp); d and m go to dm[0, 4), the packed codes to codes[0, G / 2).
 void quantize_q4_group(const float* x, uint8_t* dm, uint8_t* packed, int group) {
   const int half = group / 2;
   float y[64];
@@ -221,7 +221,9 @@ void quantize_q4_group(const float* x, uint8_t* dm, uint8_t* packed, int group) 
       }
       for (int j = 0; j < group; ++j) levels[j] = round_clamp4((y[j] - lo) * inv, 0.0f, 15.0f);
       for (int round = 0; round <= kRefits; ++round) {
-        // The least-squares fits (fit_q4's operations per lane).
+        // Per lane, the least-squares (d, m) of y ~ d * l + m for its codes l, each rounded
+        // to the nearest f16; the chain ends when the codes are all equal or d does not
+        // come out > 0.
         Float4 sl{}, sll{}, sly{};
         for (int j = 0; j < group; ++j) {
           const Float4 v = levels[j];
